@@ -1,0 +1,257 @@
+"""``RLModule``: what every algorithm shares, and nothing more.
+
+- Env lifecycle: envs are built in ``setup`` (never in ``__init__``, which stays cheap and
+  picklable for the CLI and DDP), seeded per rank, closed in ``teardown``.
+- Data: ``train_dataloader`` wraps the subclass's ``generate_batches`` in an ``ExperienceDataset``
+  of a fixed length, so Lightning never prefetches a batch from a stale policy and every DDP rank
+  runs the same number of steps.
+- Budget: an epoch is a fixed number of env steps; training stops once ``total_env_steps`` (global,
+  all ranks together) are spent, right after a final evaluation.
+- Evaluation is Lightning's validation (and test) loop: deterministic episodes on a separate env with
+  fixed seeds, split across ranks, averaged with torchmetrics, logged as ``val/episode_return``.
+- Logging: once per training step (one rollout or collection phase), x-axis = env steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+from torchmetrics import MeanMetric
+
+from rl_lightning.data.dataset import ExperienceDataset
+from rl_lightning.envs.make import EnvConfig, check_env_id, episode_stats, make_vector_env
+
+# Evaluation episodes use their own seeds, far from any training env's.
+EVAL_SEED_OFFSET = 1_000_000
+
+
+class RLModule(L.LightningModule):
+    """Base class of all algorithms; see the module docstring.
+
+    Subclasses set ``action_spaces`` (the gymnasium action space types they handle), implement
+    ``build_networks``, ``batches_per_epoch``, ``generate_batches`` and ``training_step``, and expose
+    ``forward(obs, deterministic=True) -> actions`` for acting.
+
+    Args:
+        env: Which environment to train and evaluate on (see ``EnvConfig``).
+        total_env_steps: Training budget in environment steps, summed over all ranks.
+        env_steps_per_epoch: Environment steps (all ranks) per Lightning epoch; one evaluation runs
+            at the end of each epoch, so this is the evaluation interval.
+        eval_episodes: Deterministic episodes per evaluation (split across ranks).
+    """
+
+    action_spaces: tuple[type[gym.Space], ...] = ()
+
+    def __init__(
+        self,
+        env: EnvConfig | None,
+        total_env_steps: int,
+        env_steps_per_epoch: int,
+        eval_episodes: int,
+    ) -> None:
+        super().__init__()
+        self.env_config = _as_env_config(env)
+        self.total_env_steps = total_env_steps
+        self.env_steps_per_epoch = env_steps_per_epoch
+        self.eval_episodes = eval_episodes
+        self.env_steps = 0  # global: all ranks together
+        self.envs: gym.vector.VectorEnv | None = None
+        self.collector: Any = None  # the subclass's collector over self.envs, made on first use
+        self.eval_return = MeanMetric()
+        self.eval_length = MeanMetric()
+        self._check_run_args()
+
+    def _check_run_args(self) -> None:
+        for name in ("total_env_steps", "env_steps_per_epoch", "eval_episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.env_config.num_envs < 1:
+            raise ValueError(f"env.num_envs must be >= 1, got {self.env_config.num_envs}.")
+
+    # ----------------------------------------------------------------------------------- set-up
+    def setup(self, stage: str) -> None:
+        check_env_id(self.env_config.env_id)
+        if stage == "fit":
+            if self.env_config.seed is None:
+                # Drawn from torch's RNG, so seed_everything makes the envs reproducible too.
+                self.env_config.seed = int(torch.randint(0, 2**31 - 1, ()).item())
+            self.envs = make_vector_env(self.env_config)
+            spaces = (self.envs.single_observation_space, self.envs.single_action_space)
+        else:
+            spaces = self._probe_spaces()
+        self._build_once(*spaces)
+
+    def _probe_spaces(self) -> tuple[gym.Space, gym.Space]:
+        envs = make_vector_env(self.env_config, num_envs=1)
+        try:
+            return envs.single_observation_space, envs.single_action_space
+        finally:
+            envs.close()
+
+    def _build_once(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        if getattr(self, "_built", False):
+            return
+        if not isinstance(action_space, self.action_spaces):
+            raise ValueError(
+                f"{type(self).__name__} cannot handle the action space {action_space} of "
+                f"{self.env_config.env_id!r}; it supports {[s.__name__ for s in self.action_spaces]}. "
+                f"{self.suggest_for(action_space)}"
+            )
+        self.build_networks(observation_space, action_space)
+        self._built = True
+
+    def suggest_for(self, action_space: gym.Space) -> str:
+        if isinstance(action_space, gym.spaces.Box):
+            return "For continuous actions use PPO, A2C, SAC, TD3 or DDPG."
+        if isinstance(action_space, gym.spaces.Discrete):
+            return "For discrete actions use PPO, A2C, REINFORCE or DQN."
+        return ""
+
+    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        raise NotImplementedError
+
+    def teardown(self, stage: str) -> None:
+        if self.envs is not None:
+            self.envs.close()
+            self.envs = None
+            self.collector = None
+
+    @property
+    def rank_seed(self) -> int:
+        """Seed of this rank's first training sub-env: ranks never share env seeds."""
+        assert self.env_config.seed is not None
+        return self.env_config.seed + self.global_rank * self.env_config.num_envs
+
+    # ------------------------------------------------------------------------------------- data
+    def batches_per_epoch(self) -> int:
+        raise NotImplementedError
+
+    def generate_batches(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def train_dataloader(self) -> DataLoader:
+        dataset = ExperienceDataset(self.generate_batches, self.batches_per_epoch())
+        return DataLoader(dataset, batch_size=None, num_workers=0)
+
+    def on_fit_start(self) -> None:
+        self._last_time = time.perf_counter()
+        self._last_env_steps = self.env_steps
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.env_steps >= self.total_env_steps:
+            # Lightning runs validation once more when a step asks to stop, then ends fit.
+            self.trainer.should_stop = True
+
+    def should_log(self) -> bool:
+        """True on the training steps whose metrics reach the logger (``Trainer(log_every_n_steps)``).
+
+        Each ``self.log`` costs a few hundred microseconds, as much as a small optimizer step, so
+        algorithms skip building and logging metrics on the other steps.
+        """
+        every = self.trainer.log_every_n_steps
+        return every > 0 and (self.trainer.fit_loop.epoch_loop._batches_that_stepped + 1) % every == 0
+
+    def log_training(self, metrics: dict[str, Tensor | float]) -> None:
+        """Log a training step's metrics, plus episode statistics and throughput since the last call,
+        against env steps (the x-axis in TensorBoard)."""
+        now = time.perf_counter()
+        metrics["time/env_steps_per_second"] = (self.env_steps - self._last_env_steps) / max(
+            now - self._last_time, 1e-9
+        )
+        self._last_time, self._last_env_steps = now, self.env_steps
+        metrics["time/env_steps"] = float(self.env_steps)
+        returns, lengths = self.collector.pop_episode_stats()
+        if len(returns):
+            metrics["rollout/episode_return"] = float(returns.mean())
+            metrics["rollout/episode_length"] = float(lengths.mean())
+        metrics["step"] = float(self.env_steps)  # Lightning uses a metric named "step" as the x-axis
+        self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
+        progress = {"env_steps": float(self.env_steps), "steps/s": metrics["time/env_steps_per_second"]}
+        if len(returns):
+            progress["return"] = metrics["rollout/episode_return"]
+        self.log_dict(progress, prog_bar=True, logger=False, batch_size=1)
+
+    # ------------------------------------------------------------------------------- evaluation
+    def val_dataloader(self) -> DataLoader:
+        # One batch per rank: the seeds of the evaluation episodes this rank plays.
+        ranks, rank = self.trainer.world_size, self.global_rank
+        seeds = [self._eval_seed_base() + i for i in range(rank, self.eval_episodes, ranks)]
+        return DataLoader([seeds], batch_size=None)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader()
+
+    def _eval_seed_base(self) -> int:
+        return (self.env_config.seed or 0) + EVAL_SEED_OFFSET
+
+    def validation_step(self, seeds: list[int], batch_idx: int) -> None:
+        self._evaluate(seeds, "val")
+
+    def test_step(self, seeds: list[int], batch_idx: int) -> None:
+        self._evaluate(seeds, "test")
+
+    @torch.no_grad()
+    def _evaluate(self, seeds: list[int], prefix: str) -> None:
+        if seeds:
+            returns, lengths = self.play_episodes(seeds)
+            self.eval_return.update(torch.as_tensor(returns, dtype=torch.float32, device=self.device))
+            self.eval_length.update(torch.as_tensor(lengths, dtype=torch.float32, device=self.device))
+        self.log(f"{prefix}/episode_return", self.eval_return, prog_bar=True, batch_size=max(len(seeds), 1))
+        self.log(f"{prefix}/episode_length", self.eval_length, batch_size=max(len(seeds), 1))
+        if prefix == "val" and not self.trainer.sanity_checking:
+            self.log("step", float(self.env_steps), batch_size=1)
+
+    def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Play one deterministic episode per seed, all at once in a vector env."""
+        envs = make_vector_env(self.env_config, num_envs=len(seeds))
+        try:
+            obs, _ = envs.reset(seed=seeds)
+            returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
+            pending = np.ones(len(seeds), dtype=bool)
+            act_space = envs.single_action_space
+            while pending.any():
+                actions = self(torch.as_tensor(obs, device=self.device), deterministic=True).cpu().numpy()
+                if isinstance(act_space, gym.spaces.Box):
+                    actions = np.clip(actions, act_space.low, act_space.high)
+                obs, _, _, _, infos = envs.step(actions)
+                final = episode_stats(infos)
+                if final is not None:
+                    ended, r, ln = final
+                    first = ended & pending
+                    returns[first], lengths[first] = r[first], ln[first]
+                    pending &= ~first
+            return returns, lengths
+        finally:
+            envs.close()
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rl_lightning"] = {"env_steps": self.env_steps, "env_seed": self.env_config.seed}
+        # Only plain containers in checkpoints, so torch.load(weights_only=True) reads them.
+        if "env" in checkpoint.get("hyper_parameters", {}):
+            checkpoint["hyper_parameters"]["env"] = dataclasses.asdict(self.env_config)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("rl_lightning", {})
+        self.env_steps = int(state.get("env_steps", 0))
+        if self.env_config.seed is None and state.get("env_seed") is not None:
+            self.env_config.seed = int(state["env_seed"])
+        # load_from_checkpoint calls this before load_state_dict: the networks must exist by then.
+        self._build_once(*self._probe_spaces())
+
+
+def _as_env_config(env: EnvConfig | dict[str, Any] | None) -> EnvConfig:
+    if env is None:
+        return EnvConfig()
+    if isinstance(env, dict):  # as stored in a checkpoint's hyperparameters
+        return EnvConfig(**env)
+    return dataclasses.replace(env)  # a copy: setup() fills in the seed

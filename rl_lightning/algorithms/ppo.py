@@ -1,0 +1,233 @@
+"""Proximal Policy Optimization (PPO-Clip).
+
+Schulman et al. 2017, "Proximal Policy Optimization Algorithms", https://arxiv.org/abs/1707.06347;
+implementation details as in Huang et al. 2022, "The 37 Implementation Details of PPO" (CleanRL),
+and Stable-Baselines3: orthogonal init, Adam eps 1e-5, per-minibatch advantage normalization,
+global gradient-norm clipping, learning rate annealed linearly over env steps.
+
+Deviations: none of substance. Time-limit truncation bootstraps from V(final observation) (SB3 does,
+CleanRL does not).
+
+One Lightning training step is one rollout: ``training_step`` runs ``update_epochs x
+num_minibatches`` Adam steps on it through manual optimization (``manual_backward``,
+``clip_gradients``: precision plugins and DDP gradient sync still apply). Lightning's fixed cost is
+paid once per rollout instead of once per minibatch, and ``trainer.global_step`` still counts
+optimizer steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import gymnasium as gym
+import torch
+from torch import Tensor
+
+from rl_lightning.algorithms.base import RLModule
+from rl_lightning.data.rollout import RolloutBatch, RolloutCollector
+from rl_lightning.envs.make import EnvConfig
+from rl_lightning.networks.policies import ActorCritic
+
+
+class PPOLoss(NamedTuple):
+    loss: Tensor
+    policy_loss: Tensor
+    value_loss: Tensor
+    entropy: Tensor
+    approx_kl: Tensor
+    clip_fraction: Tensor
+
+
+def ppo_loss(
+    new_logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    new_values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    entropy: Tensor,
+    clip_coef: float,
+    clip_vloss: bool,
+    ent_coef: float,
+    vf_coef: float,
+) -> PPOLoss:
+    """The PPO objective on one minibatch (advantages already normalized if wanted).
+
+    ratio  = exp(logp_new - logp_old)
+    L_pi   = mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))
+    L_v    = 0.5 * mean((V - R)^2)   or, clipped, 0.5 * mean(max((V - R)^2, (V_clip - R)^2))
+             with V_clip = V_old + clip(V - V_old, -eps, eps)
+    loss   = L_pi - ent_coef * mean(entropy) + vf_coef * L_v
+    approx_kl = mean((ratio - 1) - log ratio)   (Schulman's unbiased, low-variance k3 estimator)
+    """
+    log_ratio = new_logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    policy_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
+    if clip_vloss:
+        clipped = old_values + (new_values - old_values).clamp(-clip_coef, clip_coef)
+        value_loss = 0.5 * torch.max((new_values - returns).pow(2), (clipped - returns).pow(2)).mean()
+    else:
+        value_loss = 0.5 * (new_values - returns).pow(2).mean()
+    entropy_mean = entropy.mean()
+    loss = policy_loss - ent_coef * entropy_mean + vf_coef * value_loss
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
+    return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
+
+
+class PPO(RLModule):
+    """PPO for discrete (categorical) and continuous (diagonal Gaussian) actions.
+
+    Args:
+        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
+        total_env_steps: Training budget in env steps (all ranks together).
+        num_steps: Steps per sub-env per rollout; a rollout is ``num_envs * num_steps`` transitions.
+        learning_rate: Adam learning rate (the start value when annealed).
+        anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
+        gamma: Discount factor, in (0, 1].
+        gae_lambda: GAE lambda, in [0, 1].
+        update_epochs: Passes over each rollout.
+        num_minibatches: Minibatches per pass; must divide ``num_envs * num_steps``.
+        clip_coef: Surrogate clipping epsilon (also the value clipping range with ``clip_vloss``).
+        clip_vloss: Clip the value loss around the rollout's values (off by default, as in SB3;
+            Andrychowicz et al. 2021 found it does not help).
+        norm_adv: Normalize advantages per minibatch.
+        ent_coef: Entropy bonus coefficient.
+        vf_coef: Value loss coefficient.
+        max_grad_norm: Global gradient-norm clipping threshold.
+        target_kl: Stop the update epochs of a rollout early once the approximate KL exceeds this
+            (checked after each epoch); ``None`` never stops.
+        hidden_sizes: Hidden layer widths of the actor and of the critic MLP.
+        activation: Hidden activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
+        eval_episodes: Deterministic evaluation episodes per evaluation.
+    """
+
+    action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
+
+    def __init__(
+        self,
+        env: EnvConfig | None = None,
+        total_env_steps: int = 1_000_000,
+        num_steps: int = 128,
+        learning_rate: float = 2.5e-4,
+        anneal_lr: bool = True,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        update_epochs: int = 4,
+        num_minibatches: int = 4,
+        clip_coef: float = 0.2,
+        clip_vloss: bool = False,
+        norm_adv: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        target_kl: float | None = None,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+        env_steps_per_epoch: int = 10_000,
+        eval_episodes: int = 20,
+    ) -> None:
+        super().__init__(env, total_env_steps, env_steps_per_epoch, eval_episodes)
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.rollout_size = self.env_config.num_envs * num_steps
+        self.minibatch_size = self.rollout_size // max(num_minibatches, 1)
+        self._check_hparams()
+
+    def _check_hparams(self) -> None:
+        hp = self.hparams
+        if not 0 < hp.gamma <= 1:
+            raise ValueError(f"gamma must be in (0, 1], got {hp.gamma}.")
+        if not 0 <= hp.gae_lambda <= 1:
+            raise ValueError(f"gae_lambda must be in [0, 1], got {hp.gae_lambda}.")
+        if hp.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {hp.learning_rate}.")
+        for name in ("num_steps", "update_epochs", "num_minibatches"):
+            if hp[name] < 1:
+                raise ValueError(f"{name} must be >= 1, got {hp[name]}.")
+        if self.rollout_size % hp.num_minibatches:
+            raise ValueError(
+                f"num_minibatches={hp.num_minibatches} does not divide the rollout size "
+                f"env.num_envs * num_steps = {self.env_config.num_envs} * {hp.num_steps} = {self.rollout_size}."
+            )
+
+    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.agent = ActorCritic(observation_space, action_space, self.hparams.hidden_sizes, self.hparams.activation)
+
+    # ------------------------------------------------------------------------------------- data
+    def batches_per_epoch(self) -> int:
+        return math.ceil(self.env_steps_per_epoch / (self.rollout_size * self.trainer.world_size))
+
+    def generate_batches(self) -> Iterator[RolloutBatch]:
+        if self.collector is None:
+            self.collector = RolloutCollector(self.envs, self.hparams.num_steps, self.device, self.rank_seed)
+        for _ in range(self.batches_per_epoch()):
+            batch = self.collector.collect(self.agent, self.hparams.gamma, self.hparams.gae_lambda)
+            self.env_steps += self.rollout_size * self.trainer.world_size
+            yield batch
+
+    # ----------------------------------------------------------------------------------- acting
+    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        return self.agent(obs, deterministic)
+
+    # --------------------------------------------------------------------------------- training
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+        hp = self.hparams
+        opt = self.optimizers()
+        if hp.anneal_lr:
+            lr = hp.learning_rate * max(1.0 - self.env_steps / self.total_env_steps, 0.0)
+            for group in opt.param_groups:
+                group["lr"] = lr
+        stats: list[Tensor] = []
+        for _ in range(hp.update_epochs):
+            perm = torch.randperm(self.rollout_size, device=self.device)
+            for mb_inds in perm.split(self.minibatch_size):
+                mb_adv = batch.advantages[mb_inds]
+                if hp.norm_adv:
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                newlogprob, entropy, newvalue = self.agent.evaluate(batch.obs[mb_inds], batch.actions[mb_inds])
+                out = ppo_loss(
+                    newlogprob.float(),
+                    batch.logprobs[mb_inds],
+                    mb_adv,
+                    newvalue.float(),
+                    batch.values[mb_inds],
+                    batch.returns[mb_inds],
+                    entropy.float(),
+                    hp.clip_coef,
+                    hp.clip_vloss,
+                    hp.ent_coef,
+                    hp.vf_coef,
+                )
+                opt.zero_grad()
+                self.manual_backward(out.loss)
+                self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
+                opt.step()
+                stats.append(torch.stack([t.detach() for t in out[1:]]))
+            if hp.target_kl is not None:
+                # Same decision on every DDP rank, or their optimizer steps would diverge.
+                kl = self.trainer.strategy.reduce(out.approx_kl.detach(), reduce_op="mean")
+                if kl > hp.target_kl:
+                    break
+
+        if self.should_log():
+            policy_loss, value_loss, entropy, approx_kl, clip_fraction = torch.stack(stats).mean(0)
+            explained_var = 1 - (batch.returns - batch.values).var() / batch.returns.var()
+            self.log_training(
+                {
+                    "train/policy_loss": policy_loss,
+                    "train/value_loss": value_loss,
+                    "train/entropy": entropy,
+                    "train/approx_kl": approx_kl,
+                    "train/clip_fraction": clip_fraction,
+                    "train/explained_variance": explained_var,
+                    "train/learning_rate": opt.param_groups[0]["lr"],
+                }
+            )
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)

@@ -1,0 +1,161 @@
+"""On-policy rollouts: collection into a preallocated buffer, and GAE.
+
+Shared by PPO, A2C and REINFORCE. One rollout is ``num_steps`` vector steps of ``num_envs``
+sub-envs. Done semantics are explicit: ``terminated`` means the true episode end (no bootstrap);
+``truncated`` (time limit) bootstraps from the value of the final observation.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from rl_lightning.envs.make import episode_stats
+
+
+class RolloutBatch(NamedTuple):
+    """One rollout, flattened over ``num_steps * num_envs``; yielded whole to ``training_step``."""
+
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor
+    values: Tensor
+    advantages: Tensor
+    returns: Tensor
+
+
+class Policy(Protocol):
+    def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]: ...
+
+    def value(self, obs: Tensor) -> Tensor: ...
+
+
+def gae(
+    rewards: Tensor,
+    values: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    dones: Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016), all inputs ``[T, N]``.
+
+    ``next_values[t]`` is V of transition ``t``'s true next state (the final observation when the
+    episode was truncated there). ``terminated`` cuts the bootstrap; ``dones = terminated |
+    truncated`` cuts the trace, since the next row belongs to a new episode.
+
+        delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)
+        A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
+
+    Returns ``(advantages, returns)`` with ``returns = advantages + values`` (the TD(lambda) target).
+    """
+    not_terminated = 1.0 - terminated.float()
+    not_done = 1.0 - dones.float()
+    deltas = rewards + gamma * next_values * not_terminated - values
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(rewards[0])
+    for t in reversed(range(rewards.shape[0])):
+        last = deltas[t] + gamma * gae_lambda * not_done[t] * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+class RolloutCollector:
+    """Steps a vector env with a policy for ``num_steps``; keeps the env's current observation
+    between rollouts.
+
+    Observations, actions, log-probs and values live on ``device`` (one host-to-device copy of the
+    observation per vector step); rewards and done flags stay in host numpy arrays and cross to the
+    device once per rollout.
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, num_steps: int, device: torch.device, seed: int) -> None:
+        self.envs = envs
+        self.num_steps = num_steps
+        self.device = device
+        n, obs_space, act_space = envs.num_envs, envs.single_observation_space, envs.single_action_space
+        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+        self.obs = torch.zeros((num_steps, n, *obs_space.shape), dtype=obs_dtype, device=device)
+        if isinstance(act_space, gym.spaces.Discrete):
+            self.actions = torch.zeros((num_steps, n), dtype=torch.long, device=device)
+            self._to_env = lambda a: a.cpu().numpy()
+        else:
+            self.actions = torch.zeros((num_steps, n, *act_space.shape), dtype=torch.float32, device=device)
+            low, high = act_space.low, act_space.high
+            # The policy's Gaussian is unbounded; the env gets the action clipped to its bounds,
+            # the buffer keeps the sampled one so its log-prob stays exact.
+            self._to_env = lambda a: np.clip(a.cpu().numpy(), low, high)
+        self.logprobs = torch.zeros((num_steps, n), device=device)
+        self.values = torch.zeros((num_steps, n), device=device)
+        self.final_values = torch.zeros((num_steps, n), device=device)
+        self.rewards = np.zeros((num_steps, n), dtype=np.float32)
+        self.terminated = np.zeros((num_steps, n), dtype=bool)
+        self.truncated = np.zeros((num_steps, n), dtype=bool)
+        self.episode_returns: list[np.ndarray] = []
+        self.episode_lengths: list[np.ndarray] = []
+        obs, _ = envs.reset(seed=seed)
+        self.next_obs = self._obs_to_tensor(obs)
+
+    def _obs_to_tensor(self, obs: np.ndarray) -> Tensor:
+        return torch.as_tensor(obs, device=self.device, dtype=self.obs.dtype)
+
+    @torch.no_grad()
+    def collect(self, policy: Policy, gamma: float, gae_lambda: float) -> RolloutBatch:
+        """Run one rollout with ``policy`` and return it with GAE advantages and returns."""
+        self.final_values.zero_()
+        for t in range(self.num_steps):
+            obs = self.next_obs
+            actions, logprobs, values = policy.act(obs)
+            self.obs[t] = obs
+            self.actions[t] = actions
+            self.logprobs[t] = logprobs
+            self.values[t] = values
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
+            self.next_obs = self._obs_to_tensor(next_obs)
+            self.rewards[t] = rewards
+            self.terminated[t] = terminated
+            self.truncated[t] = truncated
+            if truncated.any():
+                # Bootstrap a time-limit cut from V(final observation): the episode did not end.
+                idx = np.flatnonzero(truncated)
+                final_obs = self._obs_to_tensor(np.stack(infos["final_obs"][idx]))
+                self.final_values[t, idx] = policy.value(final_obs)
+            if (stats := episode_stats(infos)) is not None:
+                ended, ep_returns, ep_lengths = stats
+                self.episode_returns.append(ep_returns[ended])
+                self.episode_lengths.append(ep_lengths[ended])
+
+        truncated_t = torch.as_tensor(self.truncated, device=self.device)
+        next_values = torch.cat([self.values[1:], policy.value(self.next_obs).unsqueeze(0)])
+        next_values = torch.where(truncated_t, self.final_values, next_values)
+        terminated_t = torch.as_tensor(self.terminated, device=self.device)
+        advantages, returns = gae(
+            torch.as_tensor(self.rewards, device=self.device),
+            self.values,
+            next_values,
+            terminated_t,
+            terminated_t | truncated_t,
+            gamma,
+            gae_lambda,
+        )
+        return RolloutBatch(
+            obs=self.obs.flatten(0, 1),
+            actions=self.actions.flatten(0, 1),
+            logprobs=self.logprobs.flatten(0, 1),
+            values=self.values.flatten(0, 1),
+            advantages=advantages.flatten(0, 1),
+            returns=returns.flatten(0, 1),
+        )
+
+    def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Returns and lengths of the episodes finished since the last call."""
+        returns = np.concatenate(self.episode_returns) if self.episode_returns else np.zeros(0)
+        lengths = np.concatenate(self.episode_lengths) if self.episode_lengths else np.zeros(0)
+        self.episode_returns.clear()
+        self.episode_lengths.clear()
+        return returns, lengths

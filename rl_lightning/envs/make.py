@@ -1,0 +1,91 @@
+"""Vector environments from a small typed config.
+
+Every env rl_lightning trains on is a gymnasium vector env in ``SAME_STEP`` autoreset mode: when a
+sub-env's episode ends, ``step`` returns the first observation of the next episode and puts the true
+last observation in ``info["final_obs"]``. That keeps one transition per step (no dummy reset steps in
+a rollout) and gives the observation needed to bootstrap a truncated episode.
+
+Episode statistics come from gymnasium's own ``RecordEpisodeStatistics``, wrapped around each
+sub-env innermost, so returns are the env's true returns whatever the later wrappers (reward
+clipping, episodic life) do; they arrive in ``info["final_info"]["episode"]``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass
+class EnvConfig:
+    """What to build: which env, how many copies, how they run.
+
+    Args:
+        env_id: A registered gymnasium id, e.g. ``CartPole-v1``.
+        num_envs: Sub-environments stepped together on each rank.
+        seed: Seed of the first sub-env (the others get ``seed + i``; each rank is offset by
+            ``rank * num_envs``). ``None`` draws it from torch's RNG, so ``seed_everything`` fixes it.
+        vectorization: ``sync`` steps the sub-envs in this process (fastest for cheap envs such as
+            classic control); ``async`` gives each its own process (for expensive envs).
+        env_kwargs: Extra keyword arguments for ``gymnasium.make``.
+    """
+
+    env_id: str = "CartPole-v1"
+    num_envs: int = 8
+    seed: int | None = None
+    vectorization: Literal["sync", "async"] = "sync"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def check_env_id(env_id: str) -> None:
+    """Fail at once, with close matches, on an id gymnasium does not know."""
+    if env_id in gym.envs.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=5, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise ValueError(
+        f"Unknown environment id {env_id!r}: it is not registered with gymnasium.{hint} "
+        "Custom envs must be registered (gymnasium.register) before training starts."
+    )
+
+
+def _env_factory(config: EnvConfig, render_mode: str | None) -> Callable[[], gym.Env]:
+    def make() -> gym.Env:
+        # render_mode only when asked: custom envs need not accept it.
+        kwargs = config.env_kwargs if render_mode is None else {**config.env_kwargs, "render_mode": render_mode}
+        env = gym.make(config.env_id, **kwargs)
+        return gym.wrappers.RecordEpisodeStatistics(env)
+
+    return make
+
+
+def make_vector_env(
+    config: EnvConfig,
+    num_envs: int | None = None,
+    render_mode: str | None = None,
+) -> gym.vector.VectorEnv:
+    """Build ``num_envs`` (default ``config.num_envs``) copies of ``config.env_id``, unseeded.
+
+    Seeding happens at the first ``reset(seed=...)``, done by the caller who knows its rank.
+    """
+    check_env_id(config.env_id)
+    n = config.num_envs if num_envs is None else num_envs
+    fns = [_env_factory(config, render_mode) for _ in range(n)]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if config.vectorization == "async":
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+def episode_stats(infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(ended, returns, lengths)`` over all sub-envs for the episodes that ended in this vector
+    step (``ended`` is the mask of valid entries), or None when none ended."""
+    final = infos.get("final_info")
+    if not final or "episode" not in final:
+        return None
+    return final["_episode"], final["episode"]["r"], final["episode"]["l"]

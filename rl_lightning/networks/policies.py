@@ -1,0 +1,143 @@
+"""Policy heads and the actor-critic used by the on-policy algorithms.
+
+The heads do their own sampling and log-probabilities instead of building ``torch.distributions``
+objects: on the tiny networks of classic control, constructing a distribution costs as much as the
+network forward (~25-37 us a call, measured in ../shared/STACK_NOTES.md), and collection calls it
+once per vector step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from rl_lightning.networks.mlp import layer_init, mlp
+
+
+class CategoricalHead(nn.Module):
+    """Logits over ``n`` discrete actions."""
+
+    def __init__(self, in_dim: int, n: int) -> None:
+        super().__init__()
+        self.linear = layer_init(nn.Linear(in_dim, n), std=0.01)
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.linear(features)
+
+    @staticmethod
+    def sample(logits: Tensor) -> Tensor:
+        # Gumbel-max: argmax(logits + Gumbel noise) is an exact sample from softmax(logits).
+        gumbel = -torch.empty_like(logits).exponential_().log()
+        return (logits + gumbel).argmax(-1)
+
+    @staticmethod
+    def mode(logits: Tensor) -> Tensor:
+        return logits.argmax(-1)
+
+    @staticmethod
+    def log_prob(logits: Tensor, actions: Tensor) -> Tensor:
+        return logits.log_softmax(-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    @staticmethod
+    def entropy(logits: Tensor) -> Tensor:
+        logp = logits.log_softmax(-1)
+        return -(logp.exp() * logp).sum(-1)
+
+
+class DiagGaussianHead(nn.Module):
+    """Diagonal Gaussian with a state-independent, learned log standard deviation (PPO's default
+    for continuous control: Schulman et al. 2017). Returns ``(mean, log_std)``."""
+
+    def __init__(self, in_dim: int, action_dim: int, log_std_init: float = 0.0) -> None:
+        super().__init__()
+        self.linear = layer_init(nn.Linear(in_dim, action_dim), std=0.01)
+        self.log_std = nn.Parameter(torch.full((action_dim,), log_std_init))
+
+    def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        mean = self.linear(features)
+        return mean, self.log_std.expand_as(mean)
+
+    @staticmethod
+    def sample(params: tuple[Tensor, Tensor]) -> Tensor:
+        mean, log_std = params
+        return mean + log_std.exp() * torch.randn_like(mean)
+
+    @staticmethod
+    def mode(params: tuple[Tensor, Tensor]) -> Tensor:
+        return params[0]
+
+    @staticmethod
+    def log_prob(params: tuple[Tensor, Tensor], actions: Tensor) -> Tensor:
+        mean, log_std = params
+        z = (actions - mean) * (-log_std).exp()
+        return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    @staticmethod
+    def entropy(params: tuple[Tensor, Tensor]) -> Tensor:
+        _, log_std = params
+        return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+
+def flat_obs_dim(space: gym.Space) -> int:
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"Observation space {space} is not supported: expected a gymnasium Box.")
+    return int(np.prod(space.shape))
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (no shared trunk: the SB3/CleanRL default for vector
+    observations) with a categorical or diagonal-Gaussian policy head.
+
+    Args:
+        observation_space: A flat ``Box``.
+        action_space: ``Discrete`` or ``Box``.
+        hidden_sizes: Hidden layer widths of both the actor and the critic.
+        activation: Hidden activation, one of ``tanh``, ``relu``, ``elu``, ``silu``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden_sizes: list[int] | tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+    ) -> None:
+        super().__init__()
+        obs_dim = flat_obs_dim(observation_space)
+        self.actor_body = mlp(obs_dim, hidden_sizes, activation=activation)
+        self.critic = mlp(obs_dim, hidden_sizes, 1, activation=activation, out_std=1.0)
+        feat_dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.head: CategoricalHead | DiagGaussianHead = CategoricalHead(feat_dim, int(action_space.n))
+        elif isinstance(action_space, gym.spaces.Box):
+            self.head = DiagGaussianHead(feat_dim, int(np.prod(action_space.shape)))
+        else:
+            raise ValueError(f"Action space {action_space} is not supported by ActorCritic.")
+
+    def _flat(self, obs: Tensor) -> Tensor:
+        return obs.flatten(1).float()
+
+    def value(self, obs: Tensor) -> Tensor:
+        return self.critic(self._flat(obs)).squeeze(-1)
+
+    def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample actions for collection: ``(actions, log_probs, values)``."""
+        x = self._flat(obs)
+        params = self.head(self.actor_body(x))
+        actions = self.head.sample(params)
+        return actions, self.head.log_prob(params, actions), self.critic(x).squeeze(-1)
+
+    def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """For the loss: ``(log_probs, entropies, values)`` of given actions."""
+        x = self._flat(obs)
+        params = self.head(self.actor_body(x))
+        return self.head.log_prob(params, actions), self.head.entropy(params), self.critic(x).squeeze(-1)
+
+    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        """Actions for acting (evaluation, deployment): the mode, or a sample."""
+        params = self.head(self.actor_body(self._flat(obs)))
+        return self.head.mode(params) if deterministic else self.head.sample(params)

@@ -1,0 +1,89 @@
+"""The `rl-lightning` command, run as a user would, in a subprocess."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*/*.yaml"))
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rl_lightning.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_fit_then_validate_from_checkpoint(tmp_path):
+    cfg = ROOT / "configs/ppo/cartpole.yaml"
+    fit = cli(
+        "fit",
+        "--config",
+        str(cfg),
+        "--model.total_env_steps",
+        "2048",
+        "--model.env_steps_per_epoch",
+        "1024",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--seed_everything",
+        "1",
+        cwd=tmp_path,
+    )
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    run_dir = tmp_path / "runs/ppo_cartpole/version_0"
+    last = run_dir / "checkpoints/last.ckpt"
+    assert last.exists() and any(run_dir.glob("events.out.tfevents.*"))
+    assert torch.load(last, weights_only=True)["rl_lightning"]["env_steps"] == 2048
+
+    val = cli("validate", "--config", str(cfg), "--ckpt_path", str(last), cwd=tmp_path)
+    assert val.returncode == 0, val.stderr[-3000:]
+    assert "val/episode_return" in val.stdout
+
+
+def test_print_config_and_overrides(tmp_path):
+    out = cli(
+        "fit",
+        "--config",
+        str(ROOT / "configs/ppo/cartpole.yaml"),
+        "--model.learning_rate",
+        "0.0003",
+        "--model.env.env_id",
+        "Acrobot-v1",
+        "--print_config",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "learning_rate: 0.0003" in out.stdout and "env_id: Acrobot-v1" in out.stdout
+
+
+def test_config_typo_names_the_key(tmp_path):
+    out = cli("fit", "--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--model.learning_rat", "0.1", cwd=tmp_path)
+    assert out.returncode != 0
+    assert "learning_rat" in out.stderr
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[f"{c.parent.name}/{c.stem}" for c in CONFIGS])
+def test_every_config_runs_on_a_tiny_budget(config, tmp_path):
+    out = cli(
+        "fit",
+        "--config",
+        str(config),
+        "--model.total_env_steps",
+        "512",
+        "--model.env_steps_per_epoch",
+        "256",
+        "--model.eval_episodes",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]

@@ -1,0 +1,30 @@
+"""Small learning runs: each must clearly beat a random policy. Full-budget runs are marked slow."""
+
+import lightning as L
+import pytest
+
+from rl_lightning import PPO, EnvConfig
+from tests.conftest import quick_trainer
+
+CARTPOLE_PPO = dict(
+    num_steps=32, learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, update_epochs=20, num_minibatches=1, ent_coef=0.0
+)  # configs/ppo/cartpole.yaml (SB3 zoo)
+
+
+def train_ppo_cartpole(seed: int, total_env_steps: int) -> float:
+    L.seed_everything(seed)
+    model = PPO(env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=total_env_steps, **CARTPOLE_PPO)
+    trainer = quick_trainer()
+    trainer.fit(model)
+    return float(trainer.callback_metrics["val/episode_return"])
+
+
+def test_ppo_cartpole_beats_random_on_a_small_budget():
+    # A random policy averages about 22; 40k steps is 40% of the budget that solves it.
+    assert train_ppo_cartpole(seed=0, total_env_steps=40_000) > 150
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_cartpole_solves_within_100k_steps(seed):
+    assert train_ppo_cartpole(seed, 100_000) >= 475

@@ -1,0 +1,119 @@
+"""PPO end to end through the Lightning Trainer: batches, seeding, checkpoints, bad input."""
+
+import pytest
+import torch
+
+from rl_lightning import PPO, EnvConfig
+from rl_lightning.data.rollout import RolloutBatch
+from tests.conftest import quick_trainer
+
+
+def tiny_ppo(**kw) -> PPO:
+    args = dict(
+        env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
+        total_env_steps=1024,
+        num_steps=16,
+        num_minibatches=2,
+        update_epochs=2,
+        env_steps_per_epoch=256,
+        eval_episodes=2,
+    )
+    args.update(kw)
+    return PPO(**args)
+
+
+def test_every_epoch_yields_the_same_number_of_batches_and_budget_stops_training():
+    model = tiny_ppo()
+    counts = []
+    trainer = quick_trainer()
+    original = model.generate_batches
+
+    def counting():
+        counts.append(0)
+        for batch in original():
+            assert isinstance(batch, RolloutBatch) and batch.obs.shape == (64, 4)
+            counts[-1] += 1
+            yield batch
+
+    model.generate_batches = counting
+    trainer.fit(model)
+    assert counts == [4, 4, 4, 4]  # 256 env steps per epoch / 64 per rollout, 1024 in all
+    assert model.env_steps == 1024
+    assert trainer.global_step == 16 * 2 * 2  # rollouts x update_epochs x num_minibatches
+    assert "val/episode_return" in trainer.callback_metrics
+
+
+def first_rollout_and_update(seed: int):
+    import lightning as L
+
+    L.seed_everything(seed)
+    model = tiny_ppo(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=64, env_steps_per_epoch=64)
+    seen = []
+    original = model.generate_batches
+
+    def capture():
+        for batch in original():
+            seen.append(RolloutBatch(*[t.clone() for t in batch]))
+            yield batch
+
+    model.generate_batches = capture
+    quick_trainer().fit(model)
+    return seen[0], [p.detach().clone() for p in model.parameters()]
+
+
+def test_same_seed_gives_identical_first_rollout_and_update():
+    (b1, p1), (b2, p2), (b3, _) = first_rollout_and_update(3), first_rollout_and_update(3), first_rollout_and_update(4)
+    for x, y in zip(b1, b2, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    for x, y in zip(p1, p2, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert not torch.equal(b1.obs, b3.obs)
+
+
+def test_checkpoint_resume_continues_global_step_and_env_steps(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    ckpt_cb = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    trainer = quick_trainer(callbacks=[ckpt_cb], enable_checkpointing=True)
+    trainer.fit(tiny_ppo(total_env_steps=512))
+    assert trainer.global_step == 8 * 4
+    ckpt = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert ckpt["rl_lightning"]["env_steps"] == 512
+
+    resumed = tiny_ppo(total_env_steps=1024)
+    trainer2 = quick_trainer()
+    trainer2.fit(resumed, ckpt_path=tmp_path / "last.ckpt")
+    assert resumed.env_steps == 1024
+    assert trainer2.global_step == 16 * 4
+
+    loaded = PPO.load_from_checkpoint(tmp_path / "last.ckpt")
+    obs = torch.zeros(3, 4)
+    assert loaded(obs).shape == (3,)
+
+
+def test_unknown_env_id_names_it_and_suggests_close_ids():
+    with pytest.raises(ValueError, match=r"CartPol-v1.*CartPole-v1"):
+        quick_trainer().fit(tiny_ppo(env=EnvConfig("CartPol-v1")))
+
+
+def test_unsupported_action_space_is_named():
+    with pytest.raises(ValueError, match=r"PPO cannot handle the action space MultiBinary\(2\)"):
+        quick_trainer().fit(tiny_ppo(env=EnvConfig("test/MultiBinary-v0", num_envs=2)))
+
+
+def test_minibatches_must_divide_the_rollout():
+    with pytest.raises(ValueError, match=r"num_minibatches=3 .* 4 \* 16 = 64"):
+        tiny_ppo(num_minibatches=3)
+
+
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [
+        ({"gamma": 1.5}, "gamma"),
+        ({"learning_rate": -1.0}, "learning_rate"),
+        ({"total_env_steps": 0}, "total_env_steps"),
+    ],
+)
+def test_invalid_hyperparameters_fail_at_construction(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        tiny_ppo(**kw)
