@@ -1,5 +1,6 @@
 """The `rl-lightning` command, run as a user would, in a subprocess."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout, whatever is installed
     )
 
 
