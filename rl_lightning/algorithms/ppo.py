@@ -230,4 +230,4 @@ class PPO(RLModule):
             )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+        return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
