@@ -175,7 +175,7 @@ class PPO(RLModule):
         return self.agent(obs, deterministic)
 
     # --------------------------------------------------------------------------------- training
-    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> Tensor:
         hp = self.hparams
         opt = self.optimizers()
         if hp.anneal_lr:
@@ -228,6 +228,7 @@ class PPO(RLModule):
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )
+        return out.loss.detach()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
