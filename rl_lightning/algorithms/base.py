@@ -137,9 +137,10 @@ class RLModule(L.LightningModule):
 
     @property
     def rank_seed(self) -> int:
-        """Seed of this rank's first training sub-env: ranks never share env seeds."""
+        """Seed for this rank's first training sub-env at this point of the run: ranks never share env
+        seeds, and a resumed run (``env_steps > 0``) starts new episodes rather than replaying the first."""
         assert self.env_config.seed is not None
-        return self.env_config.seed + self.global_rank * self.env_config.num_envs
+        return self.env_config.seed + self.global_rank * self.env_config.num_envs + self.env_steps
 
     # ------------------------------------------------------------------------------------- data
     def batches_per_epoch(self) -> int:
