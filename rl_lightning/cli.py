@@ -22,6 +22,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.errors import ConfigError
 
 
 class RLCLI(LightningCLI):
@@ -54,7 +55,7 @@ class RLCLI(LightningCLI):
         if ckpt_path == "last":
             runs = sorted(run_root.glob("version_*/checkpoints/last.ckpt"), key=lambda p: _version(p) or -1)
             if not runs:
-                raise SystemExit(f"--ckpt_path last: no {run_root}/version_*/checkpoints/last.ckpt to resume from.")
+                raise ConfigError(f"--ckpt_path last: no {run_root}/version_*/checkpoints/last.ckpt to resume from.")
             config.ckpt_path = ckpt_path = str(runs[-1])
         version = _version(Path(ckpt_path))
         if version is not None and logger.init_args.get("version") is None:
@@ -79,14 +80,25 @@ def trainer_defaults() -> dict[str, Any]:
 
 
 def main(args: list[str] | None = None) -> None:
-    RLCLI(
-        RLModule,
-        subclass_mode_model=True,
-        trainer_defaults=trainer_defaults(),
-        save_config_kwargs={"overwrite": True},
-        args=args,
-        auto_configure_optimizers=False,
-    )
+    try:
+        RLCLI(
+            RLModule,
+            subclass_mode_model=True,
+            trainer_defaults=trainer_defaults(),
+            save_config_kwargs={"overwrite": True},
+            args=args,
+            auto_configure_optimizers=False,
+        )
+    except Exception as e:
+        # Bad input is the user's to fix, not ours to debug: the message alone, no traceback. jsonargparse
+        # wraps errors raised while instantiating the model, so look for ours along the cause chain.
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        print(f"rl-lightning: error: {cause}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from rl_lightning import PPO, EnvConfig
-from rl_lightning.algorithms.base import CollectionError, DivergenceError
 from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.errors import CollectionError, DivergenceError
 from tests.conftest import quick_trainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -42,8 +42,16 @@ gym.register("test/Corridor-v0", entry_point=Corridor)
 
 
 def ppo(total: int) -> PPO:
-    return PPO(env=EnvConfig("test/Corridor-v0", num_envs=4, seed=0), total_env_steps=total, num_steps=16,
-               num_minibatches=4, update_epochs=3, env_steps_per_epoch=256, eval_episodes=2, learning_rate=1e-2)
+    return PPO(
+        env=EnvConfig("test/Corridor-v0", num_envs=4, seed=0),
+        total_env_steps=total,
+        num_steps=16,
+        num_minibatches=4,
+        update_epochs=3,
+        env_steps_per_epoch=256,
+        eval_episodes=2,
+        learning_rate=1e-2,
+    )
 
 
 def test_ppo_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
@@ -53,7 +61,8 @@ def test_ppo_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
 
     L.seed_everything(0)
     interrupted = ppo(1024)  # same budget (it drives the lr schedule), stopped after 2 of 4 epochs
-    quick_trainer(max_epochs=2, callbacks=[LastCheckpoint(dirpath=tmp_path)], enable_checkpointing=True).fit(interrupted)
+    cb = LastCheckpoint(dirpath=tmp_path)
+    quick_trainer(max_epochs=2, callbacks=[cb], enable_checkpointing=True).fit(interrupted)
     assert interrupted.env_steps == 512
     torch.manual_seed(123)  # whatever happens in between must not matter: RNG states come from the checkpoint
     resumed = ppo(1024)

@@ -31,17 +31,10 @@ from torchmetrics import MeanMetric
 
 from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.envs.make import EnvConfig, check_env_id, episode_stats, make_vector_env
+from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, check
 
 # Evaluation episodes use their own seeds, far from any training env's.
 EVAL_SEED_OFFSET = 1_000_000
-
-
-class DivergenceError(RuntimeError):
-    """Training produced a non-finite loss or parameter; the run stops instead of training on NaNs."""
-
-
-class CollectionError(RuntimeError):
-    """An exception inside environment interaction, with the env id and env-step count attached."""
 
 
 class RLModule(L.LightningModule):
@@ -82,10 +75,12 @@ class RLModule(L.LightningModule):
 
     def _check_run_args(self) -> None:
         for name in ("total_env_steps", "env_steps_per_epoch", "eval_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.env_config.num_envs < 1:
-            raise ValueError(f"env.num_envs must be >= 1, got {self.env_config.num_envs}.")
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}.")
+        check(self.env_config.num_envs >= 1, f"env.num_envs must be >= 1, got {self.env_config.num_envs}.")
+        check(
+            self.env_config.vectorization in ("sync", "async"),
+            f"env.vectorization must be 'sync' or 'async', got {self.env_config.vectorization!r}.",
+        )
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -111,7 +106,7 @@ class RLModule(L.LightningModule):
         if getattr(self, "_built", False):
             return
         if not isinstance(action_space, self.action_spaces):
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__} cannot handle the action space {action_space} of "
                 f"{self.env_config.env_id!r}; it supports {[s.__name__ for s in self.action_spaces]}. "
                 f"{self.suggest_for(action_space)}"

@@ -6,7 +6,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from rl_lightning.algorithms.base import DivergenceError
+from rl_lightning.errors import DivergenceError
 
 
 class LastCheckpoint(ModelCheckpoint):

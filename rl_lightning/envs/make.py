@@ -20,6 +20,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from rl_lightning.errors import ConfigError
+
 
 @dataclass
 class EnvConfig:
@@ -48,7 +50,7 @@ def check_env_id(env_id: str) -> None:
         return
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=5, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ValueError(
+    raise ConfigError(
         f"Unknown environment id {env_id!r}: it is not registered with gymnasium.{hint} "
         "Custom envs must be registered (gymnasium.register) before training starts."
     )
