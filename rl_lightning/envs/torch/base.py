@@ -31,6 +31,7 @@ Differences from the gymnasium vector envs, all for speed on an accelerator:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
@@ -72,8 +73,9 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.dtype = dtype
-        self.spec = gym.spec(self.env_id)
-        self.max_episode_steps = self.spec.max_episode_steps if max_episode_steps is None else max_episode_steps
+        registered = gym.spec(self.env_id)
+        self.max_episode_steps = registered.max_episode_steps if max_episode_steps is None else max_episode_steps
+        self.spec = dataclasses.replace(registered, max_episode_steps=self.max_episode_steps)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.generator = torch.Generator(device=self.device)
