@@ -8,6 +8,9 @@ a rollout) and gives the observation needed to bootstrap a truncated episode.
 Episode statistics come from gymnasium's own ``RecordEpisodeStatistics``, wrapped around each
 sub-env innermost, so returns are the env's true returns whatever the later wrappers (reward
 clipping, episodic life) do; they arrive in ``info["final_info"]["episode"]``.
+
+With ``backend="torch"`` the env is one of ``rl_lightning.envs.torch``'s batched, pure-torch
+ports of the classic-control envs instead: same API and info keys, tensors on a device.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
-import numpy as np
+import torch
+
+from rl_lightning.envs.torch import make_torch_env
 
 from rl_lightning.errors import ConfigError
 
@@ -34,7 +39,12 @@ class EnvConfig:
             ``rank * num_envs``). ``None`` draws it from torch's RNG, so ``seed_everything`` fixes it.
         vectorization: ``sync`` steps the sub-envs in this process (fastest for cheap envs such as
             classic control); ``async`` gives each its own process (for expensive envs).
-        env_kwargs: Extra keyword arguments for ``gymnasium.make``.
+        env_kwargs: Extra keyword arguments for ``gymnasium.make`` (the torch envs take the same ones).
+        backend: ``gymnasium`` builds gymnasium's envs in a vector env (any registered id);
+            ``torch`` builds the batched pure-torch implementation (``rl_lightning.envs.torch``:
+            CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0) on the
+            module's device, so whole rollouts stay there (``vectorization`` is then ignored).
+            Evaluation always plays gymnasium's env.
     """
 
     env_id: str = "CartPole-v1"
@@ -42,6 +52,7 @@ class EnvConfig:
     seed: int | None = None
     vectorization: Literal["sync", "async"] = "sync"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    backend: Literal["gymnasium", "torch"] = "gymnasium"
 
 
 def check_env_id(env_id: str) -> None:
@@ -70,13 +81,19 @@ def make_vector_env(
     config: EnvConfig,
     num_envs: int | None = None,
     render_mode: str | None = None,
+    device: torch.device | str = "cpu",
 ) -> gym.vector.VectorEnv:
     """Build ``num_envs`` (default ``config.num_envs``) copies of ``config.env_id``, unseeded.
 
     Seeding happens at the first ``reset(seed=...)``, done by the caller who knows its rank.
+    ``device`` places a torch-backend env (gymnasium envs live on the host).
     """
     check_env_id(config.env_id)
     n = config.num_envs if num_envs is None else num_envs
+    if config.backend == "torch":
+        if render_mode is not None:
+            raise ValueError("The torch backend does not render; use env.backend=gymnasium to record videos.")
+        return make_torch_env(config.env_id, n, device=device, **config.env_kwargs)
     fns = [_env_factory(config, render_mode) for _ in range(n)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     if config.vectorization == "async":
@@ -84,9 +101,11 @@ def make_vector_env(
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
 
-def episode_stats(infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def episode_stats(infos: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """``(ended, returns, lengths)`` over all sub-envs for the episodes that ended in this vector
-    step (``ended`` is the mask of valid entries), or None when none ended."""
+    step (``ended`` is the mask of valid entries), or None when none ended: numpy arrays from
+    gymnasium envs; tensors from torch envs, which always return them (all-False ``ended`` when no
+    episode ended), so that no step has to sync with the device."""
     final = infos.get("final_info")
     if not final or "episode" not in final:
         return None
