@@ -24,7 +24,6 @@ import gymnasium as gym
 import torch
 
 from rl_lightning.envs.torch import make_torch_env
-
 from rl_lightning.errors import ConfigError
 
 
@@ -92,7 +91,7 @@ def make_vector_env(
     n = config.num_envs if num_envs is None else num_envs
     if config.backend == "torch":
         if render_mode is not None:
-            raise ValueError("The torch backend does not render; use env.backend=gymnasium to record videos.")
+            raise ConfigError("The torch backend does not render; use env.backend=gymnasium to record videos.")
         return make_torch_env(config.env_id, n, device=device, **config.env_kwargs)
     fns = [_env_factory(config, render_mode) for _ in range(n)]
     mode = gym.vector.AutoresetMode.SAME_STEP

@@ -18,6 +18,7 @@ from rl_lightning.envs.torch.base import TorchVectorEnv
 from rl_lightning.envs.torch.cartpole import CartPole
 from rl_lightning.envs.torch.mountain_car import MountainCar, MountainCarContinuous
 from rl_lightning.envs.torch.pendulum import Pendulum
+from rl_lightning.errors import ConfigError
 
 TORCH_ENVS: dict[str, type[TorchVectorEnv]] = {
     cls.env_id: cls for cls in (CartPole, Pendulum, Acrobot, MountainCar, MountainCarContinuous)
@@ -37,7 +38,7 @@ def make_torch_env(
     ``g``, ``goal_velocity``) and ``max_episode_steps``, as ``gymnasium.make`` takes them.
     """
     if env_id not in TORCH_ENVS:
-        raise ValueError(
+        raise ConfigError(
             f"There is no torch implementation of {env_id!r} (env.backend=torch); "
             f"supported: {', '.join(TORCH_ENVS)}. Use env.backend=gymnasium for other envs."
         )
