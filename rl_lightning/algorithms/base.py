@@ -212,7 +212,7 @@ class RLModule(L.LightningModule):
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Play one deterministic episode per seed, all at once in a vector env."""
-        envs = make_vector_env(self.env_config, num_envs=len(seeds))
+        envs = make_vector_env(self.env_config, num_envs=len(seeds), training=False)
         try:
             obs, _ = envs.reset(seed=seeds)
             returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)

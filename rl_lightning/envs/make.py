@@ -8,17 +8,24 @@ a rollout) and gives the observation needed to bootstrap a truncated episode.
 Episode statistics come from gymnasium's own ``RecordEpisodeStatistics``, wrapped around each
 sub-env innermost, so returns are the env's true returns whatever the later wrappers (reward
 clipping, episodic life) do; they arrive in ``info["final_info"]["episode"]``.
+
+Atari ids (registered by ale-py, the ``atari`` extra) get the standard preprocessing of
+``rl_lightning.envs.atari``; its training-only wrappers (episodic life, reward clipping) are left out
+when ``training=False`` (evaluation).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
+
+from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
 
 
 @dataclass
@@ -33,6 +40,8 @@ class EnvConfig:
         vectorization: ``sync`` steps the sub-envs in this process (fastest for cheap envs such as
             classic control); ``async`` gives each its own process (for expensive envs).
         env_kwargs: Extra keyword arguments for ``gymnasium.make``.
+
+    Atari ids (``ALE/Pong-v5``, ...) are preprocessed automatically (``rl_lightning.envs.atari``).
     """
 
     env_id: str = "CartPole-v1"
@@ -46,6 +55,11 @@ def check_env_id(env_id: str) -> None:
     """Fail at once, with close matches, on an id gymnasium does not know."""
     if env_id in gym.envs.registry:
         return
+    has_ale = register_ale()  # ale-py's ids exist only once it is imported
+    if env_id in gym.envs.registry:
+        return
+    if env_id.startswith("ALE/") and not has_ale:
+        raise ValueError(f"{env_id!r} needs ale-py: pip install 'rl-lightning[atari]'.")
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=5, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ValueError(
@@ -54,7 +68,10 @@ def check_env_id(env_id: str) -> None:
     )
 
 
-def _env_factory(config: EnvConfig, render_mode: str | None) -> Callable[[], gym.Env]:
+def _env_factory(config: EnvConfig, render_mode: str | None, training: bool) -> Callable[[], gym.Env]:
+    if is_atari(config.env_id):
+        return functools.partial(make_atari_env, config.env_id, config.env_kwargs, render_mode, training)
+
     def make() -> gym.Env:
         # render_mode only when asked: custom envs need not accept it.
         kwargs = config.env_kwargs if render_mode is None else {**config.env_kwargs, "render_mode": render_mode}
@@ -68,14 +85,17 @@ def make_vector_env(
     config: EnvConfig,
     num_envs: int | None = None,
     render_mode: str | None = None,
+    training: bool = True,
 ) -> gym.vector.VectorEnv:
     """Build ``num_envs`` (default ``config.num_envs``) copies of ``config.env_id``, unseeded.
 
     Seeding happens at the first ``reset(seed=...)``, done by the caller who knows its rank.
+    ``training=False`` (evaluation) leaves out training-only wrappers (Atari: episodic life, reward
+    clipping), so returns are the true game scores.
     """
     check_env_id(config.env_id)
     n = config.num_envs if num_envs is None else num_envs
-    fns = [_env_factory(config, render_mode) for _ in range(n)]
+    fns = [_env_factory(config, render_mode, training) for _ in range(n)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     if config.vectorization == "async":
         return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
