@@ -149,7 +149,7 @@ class DQN(RLModule):
         save_replay_buffer: bool = False,
         buffer_on_cpu: bool = False,
         env_steps_per_epoch: int = 10_000,
-        eval_episodes: int = 10,
+        eval_episodes: int = 20,
     ) -> None:
         super().__init__(env, total_env_steps, env_steps_per_epoch, eval_episodes)
         self.save_hyperparameters()
@@ -242,7 +242,7 @@ class DQN(RLModule):
         else:
             replay = ReplayBuffer(**kwargs)
         rank_zero_info(
-            f"Replay buffer: {replay.nbytes / 1e9:.3f} GB on {device} per rank "
+            f"Replay buffer: {replay.nbytes / 1e9:.2f} GB on {device} per rank "
             f"({replay.nbytes / (replay.rows * replay.num_envs):.0f} bytes per transition)."
         )
         if self._replay_state is not None:
