@@ -195,10 +195,11 @@ class ReplayBuffer:
         self.ep_steps[e, p] = np.minimum(self.cur_ep_step, k - 1)
         self.ep_steps[e, p1] = np.minimum(self.cur_ep_step + 1, k - 1)
         self.valid[e, p] = True
+        self.valid[e, p1] = False  # a head or a final observation: not a transition
         self.cur_ep_step = np.where(done, 0, self.cur_ep_step + 1)
         self.num_adds += 1
         moved = self._advance(1 + done)
-        self._rows_changed(np.concatenate([p[:, None], moved], axis=1))
+        self._rows_changed(np.concatenate([p[:, None], p1[:, None], moved], axis=1))
 
     def _advance(self, by: np.ndarray) -> np.ndarray:
         """Move the heads ``by`` rows, invalidate the rows the move overwrote and return them: the
