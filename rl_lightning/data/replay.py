@@ -256,9 +256,12 @@ class ReplayBuffer:
         return self._base[env][:, None] + (row[:, None] - back) % self.rows
 
     def _gather(self, env: np.ndarray, row: np.ndarray, weights: np.ndarray) -> ReplayBatch:
+        b = len(row)
+        flat = self._base[env] + row
+        floats = np.empty((4, b), dtype=np.float32)  # returns, discounts, terminated, weights
         if self.n_step == 1:  # the general path gives the same, with more small ops
-            returns, terminated = self.rewards[env, row], self.terminated[env, row]
-            discounts, steps = np.full_like(returns, self.gamma), 1
+            floats[0], floats[1], floats[2] = self.rewards.ravel()[flat], self.gamma, self.terminated.ravel()[flat]
+            steps = 1
         else:
             window = (row[:, None] + np.arange(self.n_step)) % self.rows
             ew = env[:, None]
@@ -266,22 +269,22 @@ class ReplayBuffer:
                 *(torch.from_numpy(a[ew, window]) for a in (self.rewards, self.dones, self.terminated, self.valid)),
                 self.gamma,
             )
-            returns, discounts, terminated, steps = (t.numpy() for t in out)
-        b = len(row)
+            floats[0], floats[1], floats[2] = out[0], out[1], out[2]
+            steps = out[3].numpy()
+        floats[3] = weights
         obs_rows, next_rows = self._stack_rows(env, row), self._stack_rows(env, (row + steps) % self.rows)
-        idx = torch.from_numpy(np.concatenate([obs_rows.ravel(), next_rows.ravel()])).to(self.device)
-        obs = self._frames[idx].view(2, b, *self.obs_shape)
-        floats = np.stack([returns, discounts, terminated, weights]).astype(np.float32)
-        rewards, discounts_t, terminated_t, weights_t = torch.from_numpy(floats).to(self.device)
-        flat = self._base[env] + row
+        # One host-to-device copy of all indices and one of all scalars.
+        idx = torch.from_numpy(np.concatenate([obs_rows.ravel(), next_rows.ravel(), flat])).to(self.device)
+        obs = self._frames[idx[:-b]].view(2, b, *self.obs_shape)
+        scalars = torch.from_numpy(floats).to(self.device)
         return ReplayBatch(
             obs=obs[0],
-            actions=self._actions[torch.from_numpy(flat).to(self.device)],
-            rewards=rewards,
+            actions=self._actions[idx[-b:]],
+            rewards=scalars[0],
             next_obs=obs[1],
-            terminated=terminated_t,
-            discounts=discounts_t,
-            weights=weights_t,
+            terminated=scalars[2],
+            discounts=scalars[1],
+            weights=scalars[3],
             indices=torch.from_numpy(flat),  # on the host, where the priorities live
         )
 
