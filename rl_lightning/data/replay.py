@@ -463,8 +463,16 @@ class ReplayCollector:
         return low + torch.rand((n, *space.shape), device=self.device) * (high - low)
 
     @torch.no_grad()
-    def collect(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
-        """Run ``num_steps`` vector steps with ``act(obs) -> actions`` and store them."""
+    def collect(self, act: Callable[[Tensor], Tensor], num_steps: int, warmup_until: int = 0) -> int:
+        """Store ``num_steps`` vector steps taken with ``act(obs) -> actions``, preceded, while the
+        buffer holds fewer than ``warmup_until`` vector steps, by uniformly random ones up to that
+        count (the warm-up before ``learning_starts``). Returns the vector steps taken."""
+        warmup = max(warmup_until - self.buffer.num_adds, 0)
+        self._run(self.random_actions, warmup)
+        self._run(act, num_steps)
+        return warmup + num_steps
+
+    def _run(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
         for _ in range(num_steps):
             actions = act(self.obs)
             next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
