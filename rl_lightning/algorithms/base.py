@@ -252,9 +252,11 @@ class RLModule(L.LightningModule):
             self.log("step", float(self.env_steps), batch_size=1)
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Play one deterministic episode per seed, all at once in a vector env (gymnasium's, also
-        when training on the torch backend: evaluation runs on the reference implementation)."""
-        envs = make_vector_env(dataclasses.replace(self.env_config, backend="gymnasium"), num_envs=len(seeds))
+        """Play one deterministic episode per seed, all at once in a vector env: gymnasium's env (also
+        when training on the torch backend) without training-only wrappers (Atari: true game scores)."""
+        envs = make_vector_env(
+            dataclasses.replace(self.env_config, backend="gymnasium"), num_envs=len(seeds), training=False
+        )
         try:
             obs, _ = envs.reset(seed=seeds)
             returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
