@@ -1,0 +1,3 @@
+from rl_lightning.callbacks.compile import CompileNetworks
+
+__all__ = ["CompileNetworks"]
