@@ -30,10 +30,13 @@ class CompileNetworks(L.Callback):
             ``max-autotune``.
         dynamic: ``torch.compile``'s ``dynamic``: ``None`` lets it detect varying shapes.
         fullgraph: Fail on graph breaks instead of falling back to eager between them.
+        backend: ``torch.compile`` backend; ``eager`` only traces (fast; for tests and debugging).
     """
 
-    def __init__(self, mode: str | None = None, dynamic: bool | None = None, fullgraph: bool = False) -> None:
-        self.kwargs: dict[str, Any] = {"mode": mode, "dynamic": dynamic, "fullgraph": fullgraph}
+    def __init__(
+        self, mode: str | None = None, dynamic: bool | None = None, fullgraph: bool = False, backend: str = "inductor"
+    ) -> None:
+        self.kwargs: dict[str, Any] = {"mode": mode, "dynamic": dynamic, "fullgraph": fullgraph, "backend": backend}
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not isinstance(pl_module, RLModule):
