@@ -1,4 +1,5 @@
-"""Mixed precision: autocast covers the loss computation, collection and targets stay float32."""
+"""Mixed precision: autocast covers collection and the training step; output layers, log-probs,
+returns and losses stay float32."""
 
 import lightning as L
 import pytest
@@ -10,7 +11,7 @@ from tests.conftest import quick_trainer
 from tests.test_learning import CARTPOLE_PPO
 
 
-def test_bf16_mixed_autocasts_the_networks_but_keeps_log_probs_targets_and_losses_float32(monkeypatch):
+def test_bf16_mixed_autocasts_collection_and_training_but_keeps_log_probs_targets_and_losses_float32(monkeypatch):
     model = PPO(
         env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
         total_env_steps=256,
@@ -23,8 +24,8 @@ def test_bf16_mixed_autocasts_the_networks_but_keeps_log_probs_targets_and_losse
 
     def batches():
         for batch in original_batches():
-            assert not torch.is_autocast_enabled("cpu")  # collection, GAE and returns: float32
-            assert all(t.dtype in (torch.float32, torch.long) for t in batch)
+            assert torch.is_autocast_enabled("cpu")  # collection runs under the same autocast as training ...
+            assert all(t.dtype in (torch.float32, torch.long) for t in batch)  # ... its outputs are float32
             seen["batches"] += 1
             yield batch
 
@@ -43,13 +44,31 @@ def test_bf16_mixed_autocasts_the_networks_but_keeps_log_probs_targets_and_losse
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_log_probs_are_float32_under_autocast():
+def test_output_layers_and_log_probs_are_float32_under_autocast():
     model = PPO(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=64, num_steps=8)
     model._build_once(*model._probe_spaces())
     obs, actions = torch.randn(6, 4), torch.randint(0, 2, (6,))
+    with torch.no_grad():
+        model.agent.critic[-1].bias.fill_(50.0)  # a value bfloat16 would round to a multiple of 0.25
+        logp32, _, v32 = model.agent.evaluate(obs, actions)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logp, entropy, values = model.agent.evaluate(obs, actions)
+            hidden = model.agent.actor_body(obs)
+    assert hidden.dtype == torch.bfloat16  # hidden layers do run in low precision
+    assert logp.dtype == entropy.dtype == values.dtype == torch.float32
+    # Only the hidden features' rounding is left: far below bfloat16's 0.25 steps at 50.
+    assert (values - v32).abs().max() < 0.05 and (logp - logp32).abs().max() < 0.01
+
+
+def test_float32_linear_is_a_plain_linear_without_autocast():
+    from rl_lightning.networks.mlp import Float32Linear
+
+    layer, plain = Float32Linear(3, 2), torch.nn.Linear(3, 2)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(layer(x), plain(x), rtol=0, atol=0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logp, entropy, _ = model.agent.evaluate(obs, actions)
-    assert logp.dtype == entropy.dtype == torch.float32
+        assert layer(x.bfloat16()).dtype == torch.float32 and plain(x).dtype == torch.bfloat16
 
 
 def test_16_mixed_on_cpu_warns_that_it_runs_bf16():

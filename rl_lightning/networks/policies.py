@@ -5,9 +5,9 @@ objects: on the tiny networks of classic control, constructing a distribution co
 network forward (~25-37 us a call, measured in ../shared/STACK_NOTES.md), and collection calls it
 once per vector step.
 
-Log-probabilities and entropies are computed in float32 even under mixed precision (CPU autocast
-leaves ``log_softmax`` in bfloat16): the PPO ratio ``exp(logp_new - logp_old)`` compares them with
-the float32 log-probs of collection, and bfloat16 keeps only ~3 significant digits.
+Under mixed precision the heads' linear layers, log-probabilities and entropies are computed in
+float32 (CPU autocast would even leave ``log_softmax`` in bfloat16): PPO's ratio
+``exp(logp_new - logp_old)`` is sensitive to differences bfloat16's ~3 significant digits cannot hold.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from rl_lightning.networks.mlp import layer_init, mlp
+from rl_lightning.networks.mlp import Float32Linear, layer_init, mlp
 
 
 class CategoricalHead(nn.Module):
@@ -27,7 +27,7 @@ class CategoricalHead(nn.Module):
 
     def __init__(self, in_dim: int, n: int) -> None:
         super().__init__()
-        self.linear = layer_init(nn.Linear(in_dim, n), std=0.01)
+        self.linear = layer_init(Float32Linear(in_dim, n), std=0.01)
 
     def forward(self, features: Tensor) -> Tensor:
         return self.linear(features)
@@ -58,7 +58,7 @@ class DiagGaussianHead(nn.Module):
 
     def __init__(self, in_dim: int, action_dim: int, log_std_init: float = 0.0) -> None:
         super().__init__()
-        self.linear = layer_init(nn.Linear(in_dim, action_dim), std=0.01)
+        self.linear = layer_init(Float32Linear(in_dim, action_dim), std=0.01)
         self.log_std = nn.Parameter(torch.full((action_dim,), log_std_init))
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
