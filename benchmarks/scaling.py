@@ -10,8 +10,11 @@ configs/ppo/cartpole.yaml, one torch thread per rank). Reported:
   end of the third training step (compilation and DDP start-up done) to the end of the last one;
   a single evaluation at the very end is outside the window.
 - ``fit s``: the whole ``trainer.fit`` (start-up, compilation, evaluation included).
-DDP on CPU scales only if the machine has a free core per rank; on a shared machine the numbers are
-indicative. A run spec is ``key=value`` pairs: devices, accelerator, precision, compile, num_envs.
+- ``CPU ms / 1k steps``: CPU time of all ranks together in the same window, per 1000 env steps: the
+  work DDP adds (gradient all-reduce, synchronization), independent of how busy the machine is.
+DDP on CPU scales only if the machine has a free core per rank; on a shared machine the steps/s are
+indicative (the CPU-time column is not).
+A run spec is ``key=value`` pairs: devices, accelerator, precision, compile, num_envs.
 """
 
 from __future__ import annotations
@@ -68,12 +71,12 @@ def worker(spec: str, env_steps: int, json_path: Path) -> None:
 
     class Clock(L.Callback):
         def __init__(self) -> None:
-            self.marks: list[tuple[float, int]] = []
+            self.marks: list[tuple[float, float, int]] = []
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             if pl_module.device.type == "cuda":
                 torch.cuda.synchronize()
-            self.marks.append((time.perf_counter(), pl_module.env_steps))
+            self.marks.append((time.perf_counter(), time.process_time(), pl_module.env_steps))
 
     L.seed_everything(0, verbose=False)
     model = PPO(
@@ -109,17 +112,21 @@ def worker(spec: str, env_steps: int, json_path: Path) -> None:
     start = time.perf_counter()
     trainer.fit(model)
     fit_s = time.perf_counter() - start
+    (t0, c0, s0), (t1, c1, s1) = clock.marks[WARMUP_STEPS - 1], clock.marks[-1]
+    cpu_s = [c1 - c0]
     if devices > 1:
         import torch.distributed as dist
 
+        cpu_s = [None] * devices
+        dist.all_gather_object(cpu_s, c1 - c0)
         dist.destroy_process_group()
     if trainer.global_rank != 0:
         return
-    (t0, s0), (t1, s1) = clock.marks[WARMUP_STEPS - 1], clock.marks[-1]
     result = {
         "spec": spec,
         "env_steps": model.env_steps,
         "steps_per_s": (s1 - s0) / (t1 - t0),
+        "cpu_ms_per_1k_steps": 1e6 * sum(cpu_s) / (s1 - s0),
         "fit_s": fit_s,
         "val_return": float(trainer.callback_metrics["val/episode_return"]),
         "torch": torch.__version__,
@@ -141,14 +148,15 @@ def main() -> None:
         return
     runs = args.runs or DEFAULT_RUNS + (MORE_RUNS if args.all else [])
     print(f"PPO CartPole-v1, {args.env_steps} env steps per run, {os.cpu_count()} CPUs\n")
-    print("| run | env steps/s | vs first | fit s (start-up incl.) | final eval return |")
-    print("|---|---:|---:|---:|---:|")
+    print("| run | env steps/s | vs first | CPU ms / 1k steps | fit s (start-up incl.) | final eval return |")
+    print("|---|---:|---:|---:|---:|---:|")
     first = None
     for spec in runs:
         r = measure(spec, args.env_steps)
         first = first or r["steps_per_s"]
         print(
-            f"| {spec} | {r['steps_per_s']:,.0f} | {r['steps_per_s'] / first:.2f}x | {r['fit_s']:.1f} "
+            f"| {spec} | {r['steps_per_s']:,.0f} | {r['steps_per_s'] / first:.2f}x | {r['cpu_ms_per_1k_steps']:.0f} "
+            f"| {r['fit_s']:.1f} "
             f"| {r['val_return']:.0f} |",
             flush=True,
         )
