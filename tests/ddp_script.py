@@ -74,6 +74,13 @@ PPO_ARGS = dict(num_steps=16, num_minibatches=2, update_epochs=2, env_steps_per_
 # name -> factory(total_env_steps) of a small model. One rollout is 64 env steps per rank.
 ALGOS: dict[str, Callable[[int], RLModule]] = {
     "ppo": lambda steps: PPO(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS),
+    # target_kl: the early-stop decision uses the KL averaged over ranks, so ranks stop together.
+    "ppo_target_kl": lambda steps: PPO(
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        total_env_steps=steps,
+        **{**PPO_ARGS, "update_epochs": 6, "learning_rate": 0.01},
+        target_kl=0.005,
+    ),
     "ppo_two_losses": lambda steps: PPOTwoLosses(
         env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
     ),
