@@ -53,7 +53,8 @@ class RLModule(L.LightningModule):
     An algorithm whose ``training_step`` runs several backward passes that each reach only some of
     its parameters (actor and critic updated separately: SAC, TD3, DDPG) sets
     ``ddp_find_unused_parameters = True``; under DDP the base then asks for it, so ``strategy=ddp``
-    works unchanged (without it DDP waits for gradients that never come, and fails).
+    works unchanged. Without it DDP silently stops averaging such steps' gradients and the ranks'
+    weights drift apart (the gradient check of tests/ddp_script.py then fails).
 
     Args:
         env: Which environment to train and evaluate on (see ``EnvConfig``).
