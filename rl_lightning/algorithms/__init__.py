@@ -1,4 +1,6 @@
+from rl_lightning.algorithms.a2c import A2C
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.algorithms.ppo import PPO
+from rl_lightning.algorithms.reinforce import REINFORCE
 
-__all__ = ["PPO", "RLModule"]
+__all__ = ["A2C", "PPO", "REINFORCE", "RLModule"]

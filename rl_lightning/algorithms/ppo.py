@@ -17,7 +17,6 @@ optimizer steps.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -26,9 +25,9 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.data.rollout import RolloutBatch, RolloutCollector
+from rl_lightning.algorithms.on_policy import OnPolicyMixin
+from rl_lightning.data.rollout import RolloutBatch, gae_batch
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.networks.policies import ActorCritic
 
 
 class PPOLoss(NamedTuple):
@@ -78,7 +77,7 @@ def ppo_loss(
     return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
 
 
-class PPO(RLModule):
+class PPO(OnPolicyMixin, RLModule):
     """PPO for discrete (categorical) and continuous (diagonal Gaussian) actions.
 
     Args:
@@ -102,6 +101,9 @@ class PPO(RLModule):
             (checked after each epoch); ``None`` never stops.
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP.
         activation: Hidden activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        normalize_obs: Normalize observations by running mean and std (statistics saved in
+            checkpoints, frozen outside collection; ``forward`` takes raw observations).
+        normalize_reward: Divide rewards by the running std of the discounted return (training only).
         env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
         eval_episodes: Deterministic evaluation episodes per evaluation.
     """
@@ -128,6 +130,8 @@ class PPO(RLModule):
         target_kl: float | None = None,
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
+        normalize_obs: bool = False,
+        normalize_reward: bool = False,
         env_steps_per_epoch: int = 10_000,
         eval_episodes: int = 20,
     ) -> None:
@@ -140,13 +144,10 @@ class PPO(RLModule):
 
     def _check_hparams(self) -> None:
         hp = self.hparams
-        if not 0 < hp.gamma <= 1:
-            raise ValueError(f"gamma must be in (0, 1], got {hp.gamma}.")
+        self.check_common_hparams()
         if not 0 <= hp.gae_lambda <= 1:
             raise ValueError(f"gae_lambda must be in [0, 1], got {hp.gae_lambda}.")
-        if hp.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {hp.learning_rate}.")
-        for name in ("num_steps", "update_epochs", "num_minibatches"):
+        for name in ("update_epochs", "num_minibatches"):
             if hp[name] < 1:
                 raise ValueError(f"{name} must be >= 1, got {hp[name]}.")
         if self.rollout_size % hp.num_minibatches:
@@ -155,33 +156,18 @@ class PPO(RLModule):
                 f"env.num_envs * num_steps = {self.env_config.num_envs} * {hp.num_steps} = {self.rollout_size}."
             )
 
-    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        self.agent = ActorCritic(observation_space, action_space, self.hparams.hidden_sizes, self.hparams.activation)
-
     # ------------------------------------------------------------------------------------- data
-    def batches_per_epoch(self) -> int:
-        return math.ceil(self.env_steps_per_epoch / (self.rollout_size * self.trainer.world_size))
-
+    # build_networks, batches_per_epoch, collect_rollout and forward (acting): OnPolicyMixin.
     def generate_batches(self) -> Iterator[RolloutBatch]:
-        if self.collector is None:
-            self.collector = RolloutCollector(self.envs, self.hparams.num_steps, self.device, self.rank_seed)
         for _ in range(self.batches_per_epoch()):
-            batch = self.collector.collect(self.agent, self.hparams.gamma, self.hparams.gae_lambda)
-            self.env_steps += self.rollout_size * self.trainer.world_size
-            yield batch
-
-    # ----------------------------------------------------------------------------------- acting
-    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        return self.agent(obs, deterministic)
+            yield gae_batch(self.collect_rollout(), self.hparams.gamma, self.hparams.gae_lambda)
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         hp = self.hparams
         opt = self.optimizers()
         if hp.anneal_lr:
-            lr = hp.learning_rate * max(1.0 - self.env_steps / self.total_env_steps, 0.0)
-            for group in opt.param_groups:
-                group["lr"] = lr
+            self.anneal_learning_rate(opt)
         stats: list[Tensor] = []
         for _ in range(hp.update_epochs):
             perm = torch.randperm(self.rollout_size, device=self.device)
