@@ -1,39 +1,14 @@
-"""Observation / reward normalization: statistics, checkpoints, frozen evaluation; action bounds."""
+"""Observation / reward normalization: statistics, checkpoints, frozen evaluation."""
 
-import gymnasium as gym
 import lightning as L
 import numpy as np
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from rl_lightning import A2C, PPO, EnvConfig
+from rl_lightning import PPO, EnvConfig
 from rl_lightning.envs.normalize import RunningMeanStd
 from tests.conftest import quick_trainer
-
-
-class BoundedActionEnv(gym.Env):
-    """Observations far from zero mean / unit scale; fails on any action outside [-0.5, 0.5]^2."""
-
-    observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
-    action_space = gym.spaces.Box(-0.5, 0.5, (2,), np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def _obs(self):
-        return (np.array([100.0, -50.0, 3.0]) + self.np_random.normal(size=3) * [10.0, 1.0, 0.1]).astype(np.float32)
-
-    def step(self, action):
-        assert self.action_space.contains(np.asarray(action, dtype=np.float32)), f"out of bounds: {action}"
-        self.t += 1
-        return self._obs(), float(-np.sum(np.square(action))) * 100, False, self.t >= 20, {}
-
-
-if "test/BoundedAction-v0" not in gym.envs.registry:
-    gym.register("test/BoundedAction-v0", entry_point=BoundedActionEnv)
 
 
 def test_running_mean_std_matches_numpy_over_batches():
@@ -108,15 +83,3 @@ def test_statistics_survive_a_checkpoint_and_are_frozen_in_evaluation(tmp_path):
     quick_trainer().validate(loaded)  # evaluation episodes do not touch the statistics
     for k, v in stats.items():
         torch.testing.assert_close(loaded.state_dict()[k], v, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("algo", [PPO, A2C])
-def test_actions_sent_to_the_env_stay_within_bounds(algo):
-    # The Gaussian is unbounded (std 1 at init, bounds +-0.5): training and evaluation must clip.
-    # BoundedActionEnv asserts on every action it receives.
-    L.seed_everything(0)
-    env = EnvConfig("test/BoundedAction-v0", num_envs=2)
-    model = algo(env=env, total_env_steps=256, env_steps_per_epoch=128, eval_episodes=2)
-    trainer = quick_trainer()
-    trainer.fit(model)
-    assert model.env_steps >= 256 and "val/episode_return" in trainer.callback_metrics
