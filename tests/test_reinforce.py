@@ -78,7 +78,7 @@ def test_empty_rollout_gives_a_zero_loss_that_still_backpropagates():
 
 
 def test_without_baseline_there_is_no_critic():
-    model = REINFORCE(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=200, num_steps=50)
+    model = REINFORCE(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=200, baseline=False)
     model.setup("fit")
     try:
         assert model.agent.critic is None
@@ -89,17 +89,16 @@ def test_without_baseline_there_is_no_critic():
 
 def train_reinforce_cartpole(seed: int, total_env_steps: int, **kw) -> float:
     L.seed_everything(seed)
-    args = dict(num_steps=500, learning_rate=1e-2)  # configs/reinforce/cartpole.yaml
-    args.update(kw)
-    model = REINFORCE(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=total_env_steps, **args)
+    model = REINFORCE(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=total_env_steps, **kw)
     trainer = quick_trainer()
     trainer.fit(model)
     return float(trainer.callback_metrics["val/episode_return"])
 
 
 def test_reinforce_cartpole_beats_random_on_a_small_budget():
-    # A random policy averages about 22.
-    assert train_reinforce_cartpole(seed=0, total_env_steps=20_000) > 100
+    # A random policy averages about 22 (configs/reinforce/cartpole.yaml = defaults + 4 envs; the
+    # learning rate is not annealed here: over so short a budget annealing would slow it down).
+    assert train_reinforce_cartpole(seed=0, total_env_steps=30_000, anneal_lr=False) > 100
 
 
 @pytest.mark.slow

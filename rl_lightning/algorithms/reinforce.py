@@ -77,7 +77,9 @@ class REINFORCE(OnPolicyMixin, RLModule):
         learning_rate: Adam learning rate (the start value when annealed).
         anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
         gamma: Discount factor, in (0, 1].
-        baseline: Learn a state-value baseline V(s) and weight log-probabilities by ``G - V(s)``.
+        baseline: Learn a state-value baseline V(s) and weight log-probabilities by ``G - V(s)``;
+            ``False`` is Williams' plain REINFORCE (then nothing bootstraps a time limit: the
+            last steps of an episode cut by it get small returns, as if they had failed).
         norm_returns: Normalize the weights (``G`` or ``G - V``) to zero mean, unit std per rollout.
         vf_coef: Value loss coefficient (with ``baseline``).
         max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
@@ -97,10 +99,10 @@ class REINFORCE(OnPolicyMixin, RLModule):
         env: EnvConfig | None = None,
         total_env_steps: int = 500_000,
         num_steps: int = 500,
-        learning_rate: float = 1e-3,
-        anneal_lr: bool = False,
+        learning_rate: float = 3e-3,
+        anneal_lr: bool = True,
         gamma: float = 0.99,
-        baseline: bool = False,
+        baseline: bool = True,
         norm_returns: bool = True,
         vf_coef: float = 0.5,
         max_grad_norm: float | None = None,
