@@ -98,20 +98,22 @@ class RLModule(L.LightningModule):
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
         check_env_id(self.env_config.env_id)
+        strategy = self._trainer.strategy if self._trainer is not None else None  # None: called by hand
         if stage == "fit":
             if self.env_config.seed is None:
                 # Drawn from torch's RNG, so seed_everything makes the envs reproducible too. Rank 0's
                 # draw for all ranks: rank offsets (rank_seed) keep env seeds distinct, eval seeds agree.
                 seed = int(torch.randint(0, 2**31 - 1, ()).item())
-                self.env_config.seed = int(self.trainer.strategy.broadcast(seed, src=0))
+                self.env_config.seed = int(strategy.broadcast(seed, src=0)) if strategy else seed
             # The device is final here (Lightning calls setup after choosing it, before moving the
             # module there): a torch-backend env is built on it, so rollouts never leave it.
-            self.envs = make_vector_env(self.env_config, device=self.trainer.strategy.root_device)
+            device = strategy.root_device if strategy else self.device
+            self.envs = make_vector_env(self.env_config, device=device)
             spaces = (self.envs.single_observation_space, self.envs.single_action_space)
         else:
             spaces = self._probe_spaces()
         self._build_once(*spaces)
-        if stage == "fit" and self.trainer.world_size > 1:
+        if stage == "fit" and strategy is not None and self.trainer.world_size > 1:
             self._setup_distributed()
 
     def _setup_distributed(self) -> None:
