@@ -12,13 +12,17 @@ every 10 training steps.
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algorithms.base import RLModule
+from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.errors import ConfigError
 
 
 class RLCLI(LightningCLI):
@@ -26,17 +30,41 @@ class RLCLI(LightningCLI):
         # Two checkpoints: the best evaluation so far, and the latest (to resume from). Lightning 2.6
         # updates `save_last` only when the monitored metric improved, so "last" is its own callback.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/episode_return",
                 "checkpoint.mode": "max",
                 "checkpoint.filename": "best-epoch{epoch}",
                 "checkpoint.auto_insert_metric_name": False,
-                "last_checkpoint.filename": "last",
-                "last_checkpoint.enable_version_counter": False,
             }
         )
+
+    def before_instantiate_classes(self) -> None:
+        """``fit --ckpt_path last`` (or a path inside a run) continues that run: the checkpoint is
+        looked up in the latest run directory and the logger writes to the same version, so the
+        TensorBoard curves simply continue."""
+        if self.subcommand != "fit":
+            return
+        config = self.config[self.subcommand]
+        logger = config.trainer.get("logger")
+        if not config.get("ckpt_path") or not hasattr(logger, "init_args"):
+            return
+        run_root = Path(logger.init_args.get("save_dir") or ".") / (logger.init_args.get("name") or "default")
+        ckpt_path = config.ckpt_path
+        if ckpt_path == "last":
+            runs = sorted(run_root.glob("version_*/checkpoints/last.ckpt"), key=lambda p: _version(p) or -1)
+            if not runs:
+                raise ConfigError(f"--ckpt_path last: no {run_root}/version_*/checkpoints/last.ckpt to resume from.")
+            config.ckpt_path = ckpt_path = str(runs[-1])
+        version = _version(Path(ckpt_path))
+        if version is not None and logger.init_args.get("version") is None:
+            logger.init_args.version = version
+
+
+def _version(path: Path) -> int | None:
+    match = next((re.fullmatch(r"version_(\d+)", part) for part in path.parts if part.startswith("version_")), None)
+    return int(match.group(1)) if match else None
 
 
 def trainer_defaults() -> dict[str, Any]:
@@ -52,14 +80,25 @@ def trainer_defaults() -> dict[str, Any]:
 
 
 def main(args: list[str] | None = None) -> None:
-    RLCLI(
-        RLModule,
-        subclass_mode_model=True,
-        trainer_defaults=trainer_defaults(),
-        save_config_kwargs={"overwrite": True},
-        args=args,
-        auto_configure_optimizers=False,
-    )
+    try:
+        RLCLI(
+            RLModule,
+            subclass_mode_model=True,
+            trainer_defaults=trainer_defaults(),
+            save_config_kwargs={"overwrite": True},
+            args=args,
+            auto_configure_optimizers=False,
+        )
+    except Exception as e:
+        # Bad input is the user's to fix, not ours to debug: the message alone, no traceback. jsonargparse
+        # wraps errors raised while instantiating the model, so look for ours along the cause chain.
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        print(f"rl-lightning: error: {cause}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import random
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +31,7 @@ from torchmetrics import MeanMetric
 
 from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.envs.make import EnvConfig, check_env_id, episode_stats, make_vector_env
+from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, check
 
 # Evaluation episodes use their own seeds, far from any training env's.
 EVAL_SEED_OFFSET = 1_000_000
@@ -72,10 +75,12 @@ class RLModule(L.LightningModule):
 
     def _check_run_args(self) -> None:
         for name in ("total_env_steps", "env_steps_per_epoch", "eval_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.env_config.num_envs < 1:
-            raise ValueError(f"env.num_envs must be >= 1, got {self.env_config.num_envs}.")
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}.")
+        check(self.env_config.num_envs >= 1, f"env.num_envs must be >= 1, got {self.env_config.num_envs}.")
+        check(
+            self.env_config.vectorization in ("sync", "async"),
+            f"env.vectorization must be 'sync' or 'async', got {self.env_config.vectorization!r}.",
+        )
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -101,7 +106,7 @@ class RLModule(L.LightningModule):
         if getattr(self, "_built", False):
             return
         if not isinstance(action_space, self.action_spaces):
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__} cannot handle the action space {action_space} of "
                 f"{self.env_config.env_id!r}; it supports {[s.__name__ for s in self.action_spaces]}. "
                 f"{self.suggest_for(action_space)}"
@@ -127,9 +132,10 @@ class RLModule(L.LightningModule):
 
     @property
     def rank_seed(self) -> int:
-        """Seed of this rank's first training sub-env: ranks never share env seeds."""
+        """Seed for this rank's first training sub-env at this point of the run: ranks never share env
+        seeds, and a resumed run (``env_steps > 0``) starts new episodes rather than replaying the first."""
         assert self.env_config.seed is not None
-        return self.env_config.seed + self.global_rank * self.env_config.num_envs
+        return self.env_config.seed + self.global_rank * self.env_config.num_envs + self.env_steps
 
     # ------------------------------------------------------------------------------------- data
     def batches_per_epoch(self) -> int:
@@ -139,17 +145,49 @@ class RLModule(L.LightningModule):
         raise NotImplementedError
 
     def train_dataloader(self) -> DataLoader:
-        dataset = ExperienceDataset(self.generate_batches, self.batches_per_epoch())
+        dataset = ExperienceDataset(self._collecting, self.batches_per_epoch())
         return DataLoader(dataset, batch_size=None, num_workers=0)
+
+    def _collecting(self) -> Iterator[Any]:
+        with self._naming_env_faults("Experience collection"):
+            yield from self.generate_batches()
+
+    @contextlib.contextmanager
+    def _naming_env_faults(self, what: str) -> Iterator[None]:
+        """Name the env and the env step when env interaction fails; Lightning then saves last.ckpt."""
+        try:
+            yield
+        except Exception as e:
+            raise CollectionError(
+                f"{what} on {self.env_config.env_id!r} failed at env step {self.env_steps}: {type(e).__name__}: {e}"
+            ) from e
 
     def on_fit_start(self) -> None:
         self._last_time = time.perf_counter()
         self._last_env_steps = self.env_steps
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._check_finite(outputs.get("loss") if isinstance(outputs, dict) else outputs)
         if self.env_steps >= self.total_env_steps:
             # Lightning runs validation once more when a step asks to stop, then ends fit.
             self.trainer.should_stop = True
+
+    def _check_finite(self, loss: Tensor | None) -> None:
+        """Once per training step (one sync, not one per optimizer step): stop on NaN/inf."""
+        finite = torch.stack([p.isfinite().all() for p in self.parameters()]).all()
+        if loss is not None:
+            finite = finite & loss.isfinite().all()
+        if bool(finite):
+            return
+        last_good = [cb.last_model_path or cb.best_model_path for cb in self.trainer.checkpoint_callbacks]
+        last_good = [p for p in last_good if p]
+        raise DivergenceError(
+            f"{type(self).__name__} diverged at env step {self.env_steps} (optimizer step "
+            f"{self.trainer.global_step}): {'loss = ' + str(loss.tolist()) if loss is not None else 'loss finite'}"
+            f"{'' if loss is None or not loss.isfinite().all() else ', a parameter is non-finite'}. "
+            f"Last good checkpoint: {last_good[-1] if last_good else 'none written yet'}. Lower the learning rate "
+            "or tighten max_grad_norm, then resume from it with --ckpt_path."
+        )
 
     def should_log(self) -> bool:
         """True on the training steps whose metrics reach the logger (``Trainer(log_every_n_steps)``).
@@ -202,7 +240,8 @@ class RLModule(L.LightningModule):
     @torch.no_grad()
     def _evaluate(self, seeds: list[int], prefix: str) -> None:
         if seeds:
-            returns, lengths = self.play_episodes(seeds)
+            with self._naming_env_faults("Evaluation"):
+                returns, lengths = self.play_episodes(seeds)
             self.eval_return.update(torch.as_tensor(returns, dtype=torch.float32, device=self.device))
             self.eval_length.update(torch.as_tensor(lengths, dtype=torch.float32, device=self.device))
         self.log(f"{prefix}/episode_return", self.eval_return, prog_bar=True, batch_size=max(len(seeds), 1))
@@ -233,9 +272,26 @@ class RLModule(L.LightningModule):
         finally:
             envs.close()
 
+    # ------------------------------------------------------------------------------- optimizers
+    def adam(self, params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+        """Adam, fused where that is safe.
+
+        The fused kernel updates every parameter at once: on small RL networks it is ~4x faster than
+        the default per-tensor loop (72 vs 308 us per step for PPO's actor-critic on this 2-core CPU).
+        Not under ``16-mixed``: there the grad scaler must unscale before gradient clipping, and a fused
+        optimizer unscales internally, which Lightning refuses to combine with clipping.
+        """
+        precision = str(self.trainer.precision) if self._trainer is not None else "32-true"
+        fused = self.device.type in ("cpu", "cuda") and precision not in ("16-mixed", "16")
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused)
+
     # ------------------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rl_lightning"] = {"env_steps": self.env_steps, "env_seed": self.env_config.seed}
+        checkpoint["rl_lightning"] = {
+            "env_steps": self.env_steps,
+            "env_seed": self.env_config.seed,
+            "rng": _rng_state(),
+        }
         # Only plain containers in checkpoints, so torch.load(weights_only=True) reads them.
         if "env" in checkpoint.get("hyper_parameters", {}):
             checkpoint["hyper_parameters"]["env"] = dataclasses.asdict(self.env_config)
@@ -243,6 +299,8 @@ class RLModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rl_lightning", {})
         self.env_steps = int(state.get("env_steps", 0))
+        if "rng" in state:
+            _set_rng_state(state["rng"])
         if self.env_config.seed is None and state.get("env_seed") is not None:
             self.env_config.seed = int(state["env_seed"])
         # load_from_checkpoint calls this before load_state_dict: the networks must exist by then.
@@ -255,3 +313,27 @@ def _as_env_config(env: EnvConfig | dict[str, Any] | None) -> EnvConfig:
     if isinstance(env, dict):  # as stored in a checkpoint's hyperparameters
         return EnvConfig(**env)
     return dataclasses.replace(env)  # a copy: setup() fills in the seed
+
+
+def _rng_state() -> dict[str, Any]:
+    """torch, numpy and python RNG states as tensors and plain containers (weights_only-safe)."""
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "gauss": float(np_state[4]),
+        },
+        "python": {"version": py_state[0], "state": list(py_state[1]), "gauss": py_state[2]},
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))

@@ -28,6 +28,8 @@ from torch import Tensor
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.data.rollout import RolloutBatch, RolloutCollector
 from rl_lightning.envs.make import EnvConfig
+from rl_lightning.errors import check
+from rl_lightning.networks.mlp import ACTIVATIONS
 from rl_lightning.networks.policies import ActorCritic
 
 
@@ -140,20 +142,21 @@ class PPO(RLModule):
 
     def _check_hparams(self) -> None:
         hp = self.hparams
-        if not 0 < hp.gamma <= 1:
-            raise ValueError(f"gamma must be in (0, 1], got {hp.gamma}.")
-        if not 0 <= hp.gae_lambda <= 1:
-            raise ValueError(f"gae_lambda must be in [0, 1], got {hp.gae_lambda}.")
-        if hp.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {hp.learning_rate}.")
+        check(0 < hp.gamma <= 1, f"gamma must be in (0, 1], got {hp.gamma}.")
+        check(0 <= hp.gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {hp.gae_lambda}.")
+        for name in ("learning_rate", "clip_coef", "max_grad_norm"):
+            check(hp[name] > 0, f"{name} must be > 0, got {hp[name]}.")
+        for name in ("vf_coef", "ent_coef"):
+            check(hp[name] >= 0, f"{name} must be >= 0, got {hp[name]}.")
+        check(hp.target_kl is None or hp.target_kl > 0, f"target_kl must be > 0 or null, got {hp.target_kl}.")
         for name in ("num_steps", "update_epochs", "num_minibatches"):
-            if hp[name] < 1:
-                raise ValueError(f"{name} must be >= 1, got {hp[name]}.")
-        if self.rollout_size % hp.num_minibatches:
-            raise ValueError(
-                f"num_minibatches={hp.num_minibatches} does not divide the rollout size "
-                f"env.num_envs * num_steps = {self.env_config.num_envs} * {hp.num_steps} = {self.rollout_size}."
-            )
+            check(hp[name] >= 1, f"{name} must be >= 1, got {hp[name]}.")
+        check(hp.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}, got {hp.activation!r}.")
+        check(
+            self.rollout_size % hp.num_minibatches == 0,
+            f"num_minibatches={hp.num_minibatches} does not divide the rollout size "
+            f"env.num_envs * num_steps = {self.env_config.num_envs} * {hp.num_steps} = {self.rollout_size}.",
+        )
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         self.agent = ActorCritic(observation_space, action_space, self.hparams.hidden_sizes, self.hparams.activation)
@@ -175,7 +178,7 @@ class PPO(RLModule):
         return self.agent(obs, deterministic)
 
     # --------------------------------------------------------------------------------- training
-    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> Tensor:
         hp = self.hparams
         opt = self.optimizers()
         if hp.anneal_lr:
@@ -228,6 +231,7 @@ class PPO(RLModule):
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )
+        return out.loss.detach()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+        return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)

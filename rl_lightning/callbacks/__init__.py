@@ -1,0 +1,3 @@
+from rl_lightning.callbacks.checkpoint import LastCheckpoint
+
+__all__ = ["LastCheckpoint"]

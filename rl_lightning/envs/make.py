@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
+from rl_lightning.errors import ConfigError
 
 
 @dataclass
@@ -59,10 +60,10 @@ def check_env_id(env_id: str) -> None:
     if env_id in gym.envs.registry:
         return
     if env_id.startswith("ALE/") and not has_ale:
-        raise ValueError(f"{env_id!r} needs ale-py: pip install 'rl-lightning[atari]'.")
+        raise ConfigError(f"{env_id!r} needs ale-py: pip install 'rl-lightning[atari]'.")
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=5, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise ValueError(
+    raise ConfigError(
         f"Unknown environment id {env_id!r}: it is not registered with gymnasium.{hint} "
         "Custom envs must be registered (gymnasium.register) before training starts."
     )

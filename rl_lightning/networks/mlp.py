@@ -6,6 +6,8 @@ import math
 
 from torch import nn
 
+from rl_lightning.errors import ConfigError
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
 
@@ -29,7 +31,7 @@ def mlp(
     With ``out_dim=None`` the network ends with the last hidden activation (a feature extractor).
     """
     if activation not in ACTIVATIONS:
-        raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
+        raise ConfigError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
     layers: list[nn.Module] = []
     dim = in_dim
     for size in hidden_sizes:

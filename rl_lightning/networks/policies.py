@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rl_lightning.errors import ConfigError
 from rl_lightning.networks.mlp import layer_init, mlp
 
 
@@ -84,7 +85,7 @@ class DiagGaussianHead(nn.Module):
 
 def flat_obs_dim(space: gym.Space) -> int:
     if not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"Observation space {space} is not supported: expected a gymnasium Box.")
+        raise ConfigError(f"Observation space {space} is not supported: expected a gymnasium Box.")
     return int(np.prod(space.shape))
 
 
@@ -116,7 +117,7 @@ class ActorCritic(nn.Module):
         elif isinstance(action_space, gym.spaces.Box):
             self.head = DiagGaussianHead(feat_dim, int(np.prod(action_space.shape)))
         else:
-            raise ValueError(f"Action space {action_space} is not supported by ActorCritic.")
+            raise ConfigError(f"Action space {action_space} is not supported by ActorCritic.")
 
     def _flat(self, obs: Tensor) -> Tensor:
         return obs.flatten(1).float()

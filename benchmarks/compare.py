@@ -1,0 +1,279 @@
+"""Side by side: rl_lightning vs Stable-Baselines3 (and a plain-torch PPO), same hyperparameters,
+same budget, same thread count, same evaluation protocol, interleaved in one invocation.
+
+    python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
+    python benchmarks/compare.py --algos ppo --seeds 0 --threads 1
+
+Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
+Reported per run: training env-steps/s (evaluation time excluded), wall time to the first evaluation
+at or above the solve threshold (evaluation excluded), final evaluation return (20 deterministic
+episodes). Needs the `bench` extra (stable-baselines3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_EPISODES = 20
+
+
+@dataclass
+class Spec:
+    """One comparison: our config, the same hyperparameters in SB3's vocabulary, the budget."""
+
+    config: str
+    env_id: str
+    total_env_steps: int
+    eval_every: int
+    threshold: float
+    sb3_algo: str
+    sb3_kwargs: dict[str, Any]
+    n_envs: int
+
+
+SPECS: dict[str, Spec] = {
+    "ppo": Spec(
+        config="configs/ppo/cartpole.yaml",
+        env_id="CartPole-v1",
+        total_env_steps=100_000,
+        eval_every=10_000,
+        threshold=475,
+        sb3_algo="PPO",
+        sb3_kwargs=dict(
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate="lin_1e-3",
+            clip_range=0.2,
+        ),
+        n_envs=8,
+    ),
+}
+
+
+# ------------------------------------------------------------------------------------------ runners
+def run_ours(spec: Spec, seed: int) -> dict[str, Any]:
+    import lightning as L
+    import yaml
+
+    from rl_lightning.algorithms.base import RLModule
+
+    cfg = yaml.safe_load((ROOT / spec.config).read_text())["model"]
+    module_path, cls_name = cfg["class_path"].rsplit(".", 1)
+    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
+    from rl_lightning.envs import EnvConfig
+
+    init = dict(cfg["init_args"])
+    init["env"] = EnvConfig(**init["env"])
+    init.update(total_env_steps=spec.total_env_steps, env_steps_per_epoch=spec.eval_every, eval_episodes=EVAL_EPISODES)
+    L.seed_everything(seed, verbose=False)
+    model: RLModule = cls(**init)
+    clock = EvalClock()
+    trainer = L.Trainer(
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[clock],
+        log_every_n_steps=10,
+    )
+    clock.start()
+    trainer.fit(model)
+    return clock.result(spec, model.env_steps)
+
+
+class EvalClock:
+    """Lightning callback: training time with evaluation excluded, and the return at each evaluation."""
+
+    def __new__(cls):  # built lazily so the SB3 subprocess never imports Lightning
+        from lightning.pytorch.callbacks import Callback
+
+        class _EvalClock(Callback):
+            def start(self) -> None:
+                self.t0, self.eval_time, self.curve = time.perf_counter(), 0.0, []
+
+            def on_validation_start(self, trainer, pl_module) -> None:
+                self.v0 = time.perf_counter()
+
+            def on_validation_end(self, trainer, pl_module) -> None:
+                now = time.perf_counter()
+                self.eval_time += now - self.v0
+                ret = float(trainer.callback_metrics["val/episode_return"])
+                self.curve.append((self.v0 - self.t0 - (self.eval_time - (now - self.v0)), pl_module.env_steps, ret))
+
+            def result(self, spec: Spec, env_steps: int) -> dict[str, Any]:
+                train_time = time.perf_counter() - self.t0 - self.eval_time
+                return summarize(self.curve, spec, env_steps, train_time)
+
+        return _EvalClock()
+
+
+def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.utils import get_linear_fn
+
+    kwargs = dict(spec.sb3_kwargs)
+    for key, value in kwargs.items():
+        if isinstance(value, str) and value.startswith("lin_"):
+            start = float(value[4:])
+            kwargs[key] = get_linear_fn(start, 0.0, 1.0)
+    env = make_vec_env(spec.env_id, n_envs=spec.n_envs, seed=seed)
+    eval_env = make_vec_env(spec.env_id, n_envs=1, seed=seed + 1_000_000)
+    model = getattr(sb3, spec.sb3_algo)("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+
+    class Clock(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval, self.eval_time, self.curve = spec.eval_every, 0.0, []
+
+        def _on_training_start(self) -> None:
+            self.t0 = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_eval:
+                self.next_eval += spec.eval_every
+                self.evaluate()
+            return True
+
+        def evaluate(self) -> None:
+            v0 = time.perf_counter()
+            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
+            self.curve.append((v0 - self.t0 - self.eval_time, self.num_timesteps, float(mean)))
+            self.eval_time += time.perf_counter() - v0
+
+    clock = Clock()
+    model.learn(spec.total_env_steps, callback=clock)
+    if not clock.curve or clock.curve[-1][1] != model.num_timesteps:
+        clock.evaluate()
+    train_time = time.perf_counter() - clock.t0 - clock.eval_time
+    return summarize(clock.curve, spec, model.num_timesteps, train_time)
+
+
+def run_plain(spec: Spec, seed: int) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from plain_ppo import train
+
+    return train(spec, seed, EVAL_EPISODES, summarize)
+
+
+def summarize(curve: list[tuple[float, int, float]], spec: Spec, env_steps: int, train_time: float) -> dict[str, Any]:
+    solved = next(((t, s) for t, s, r in curve if r >= spec.threshold), (None, None))
+    return {
+        "env_steps": env_steps,
+        "train_s": round(train_time, 2),
+        "env_steps_per_s": round(env_steps / train_time),
+        "solve_s": None if solved[0] is None else round(solved[0], 2),
+        "solve_steps": solved[1],
+        "final_return": round(curve[-1][2], 1) if curve else None,
+        "curve": curve,
+    }
+
+
+RUNNERS = {"ours": run_ours, "sb3": run_sb3, "plain": run_plain}
+
+
+def raw_env_throughput(env_id: str, n_envs: int, steps: int = 20_000) -> float:
+    """Random actions through the same gymnasium vector env our PPO uses: the ceiling."""
+    import gymnasium as gym
+
+    envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode="sync")
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    actions = [envs.action_space.sample() for _ in range(256)]
+    t0 = time.perf_counter()
+    for i in range(steps // n_envs):
+        envs.step(actions[i % 256])
+    return steps / (time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------------------------- main
+def child(kind: str, algo: str, seed: int, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    print(json.dumps(RUNNERS[kind](SPECS[algo], seed)))
+
+
+def launch(kind: str, algo: str, seed: int, threads: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} {algo} seed {seed} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algos", default="ppo", help=f"comma-separated, from {sorted(SPECS)}")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run (same for every library)")
+    p.add_argument("--json", type=Path, help="also write all results here")
+    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        kind, algo, seed, threads = args.child
+        child(kind, algo, int(seed), int(threads))
+        return
+
+    results: list[dict[str, Any]] = []
+    for algo in args.algos.split(","):
+        spec = SPECS[algo]
+        kinds = ["ours", "sb3"] + (["plain"] if algo == "ppo" else [])
+        for seed in args.seeds:
+            for kind in kinds:  # interleaved: machine drift hits every library alike
+                r = launch(kind, algo, seed, args.threads)
+                r.update(algo=algo, kind=kind, seed=seed)
+                results.append(r)
+                print(
+                    f"{algo:5s} {kind:6s} seed {seed}: {r['env_steps_per_s']:>7} env-steps/s, "
+                    f"solve {r['solve_s']} s, final {r['final_return']}",
+                    flush=True,
+                )
+        raw = raw_env_throughput(spec.env_id, spec.n_envs)
+        print(f"{algo:5s} raw {spec.env_id} x{spec.n_envs} random actions: {raw:,.0f} env-steps/s")
+        results.append({"algo": algo, "kind": "raw_env", "env_steps_per_s": round(raw)})
+
+    print("\n| algo | library | env-steps/s (mean) | time to solve, s (per seed) | final return (per seed) |")
+    print("|---|---|---|---|---|")
+    for algo in args.algos.split(","):
+        ours_sps = None
+        for kind in ("ours", "sb3", "plain"):
+            rows = [r for r in results if r["algo"] == algo and r["kind"] == kind]
+            if not rows:
+                continue
+            sps = sum(r["env_steps_per_s"] for r in rows) / len(rows)
+            ours_sps = sps if kind == "ours" else ours_sps
+            ratio = "" if kind == "ours" else f" (ours x{ours_sps / sps:.2f})"
+            print(
+                f"| {algo} | {kind} | {sps:,.0f}{ratio} | {', '.join(str(r['solve_s']) for r in rows)} | "
+                f"{', '.join(str(r['final_return']) for r in rows)} |"
+            )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Bad input fails before any env step, with exit status 2 and a message naming what to fix."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_lightning.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PPO_CARTPOLE = ["--config", str(ROOT / "configs/ppo/cartpole.yaml")]
+
+CASES = [
+    # (arguments on top of the PPO CartPole config, text the message must contain)
+    (["--model.env.env_id", "CartPol-v1"], "'CartPol-v1'.*CartPole-v1"),
+    (["--model.env.env_id", "test/MultiBinary-v0"], r"PPO cannot handle the action space MultiBinary\(2\)"),
+    (["--model.gamma", "1.5"], r"gamma must be in \(0, 1\], got 1.5"),
+    (["--model.gamma", "0"], r"gamma must be in \(0, 1\], got 0"),
+    (["--model.gae_lambda", "1.2"], "gae_lambda must be in"),
+    (["--model.learning_rate", "-0.001"], "learning_rate must be > 0, got -0.001"),
+    (["--model.learning_rate", "0"], "learning_rate must be > 0"),
+    (["--model.num_minibatches", "3"], r"num_minibatches=3 does not divide .* 8 \* 32 = 256"),
+    (["--model.num_steps", "0"], "num_steps must be >= 1"),
+    (["--model.update_epochs", "0"], "update_epochs must be >= 1"),
+    (["--model.clip_coef", "-0.1"], "clip_coef must be > 0"),
+    (["--model.max_grad_norm", "0"], "max_grad_norm must be > 0"),
+    (["--model.vf_coef", "-1"], "vf_coef must be >= 0"),
+    (["--model.target_kl", "-0.01"], "target_kl must be > 0"),
+    (["--model.activation", "sigmoidd"], "activation must be one of .*sigmoidd"),
+    (["--model.total_env_steps", "0"], "total_env_steps must be >= 1"),
+    (["--model.env_steps_per_epoch", "0"], "env_steps_per_epoch must be >= 1"),
+    (["--model.eval_episodes", "0"], "eval_episodes must be >= 1"),
+    (["--model.env.num_envs", "0"], "num_envs must be >= 1"),
+    (["--model.env.vectorization", "parallel"], "vectorization"),
+    (["--model.learning_rat", "0.1"], "learning_rat"),  # typo in a key
+    (["--model.env.env_idd", "CartPole-v1"], "env_idd"),
+    (["--model.gamma", "abc"], "gamma"),  # wrong type
+    (["--trainer.max_epochs", "many"], "max_epochs"),
+    (["--ckpt_path", "last"], "--ckpt_path last: no .*last.ckpt to resume from"),
+]
+
+
+@pytest.mark.parametrize(("args", "pattern"), CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, monkeypatch, capsys):
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *PPO_CARTPOLE, *args, "--trainer.enable_progress_bar", "false"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(pattern, err, re.S), err[-2000:]
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not list(tmp_path.glob("runs/*/*/checkpoints/*.ckpt"))
+
+
+def test_cli_prints_one_paragraph_without_traceback(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "rl_lightning.cli", "fit", *PPO_CARTPOLE, "--model.gamma", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == "rl-lightning: error: gamma must be in (0, 1], got 2.0."
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,184 @@
+"""Runs that survive: SIGTERM, SIGKILL, divergence, environment faults; safe checkpoints."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from rl_lightning import PPO, EnvConfig
+from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.errors import CollectionError, DivergenceError
+from tests.conftest import quick_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs/ppo/cartpole.yaml")
+
+
+def start_fit(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    args = [
+        sys.executable,
+        "-m",
+        "rl_lightning.cli",
+        "fit",
+        "--config",
+        CONFIG,
+        "--model.env_steps_per_epoch",
+        "1024",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--seed_everything",
+        "0",
+        *extra,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline, "timed out waiting for the first checkpoint"
+        time.sleep(0.2)
+
+
+def test_sigterm_saves_a_final_checkpoint_and_exits_cleanly(tmp_path):
+    # Epochs far longer than the run: the only checkpoint can come from the SIGTERM handling.
+    run = tmp_path / "runs/ppo_cartpole/version_0"
+    proc = start_fit(
+        tmp_path,
+        "--model.total_env_steps",
+        "10000000",
+        "--model.env_steps_per_epoch",
+        "1000000",
+        "--trainer.log_every_n_steps",
+        "1",
+    )
+    deadline = time.time() + 120
+    while not list(run.glob("events.out.tfevents.*")) or time.time() < deadline - 115:
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    time.sleep(2.0)  # a few rollouts in
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    final = torch.load(run / "checkpoints/last.ckpt", weights_only=True)
+    assert final["rl_lightning"]["env_steps"] > 0 and final["global_step"] > 0
+
+
+def test_sigkill_at_any_moment_leaves_a_resumable_checkpoint(tmp_path):
+    last = tmp_path / "runs/ppo_cartpole/version_0/checkpoints/last.ckpt"
+    proc = start_fit(tmp_path, "--model.total_env_steps", "10000000")
+    wait_for(last, proc)
+    time.sleep(np.random.default_rng().uniform(0.0, 2.0))
+    proc.kill()
+    proc.communicate()
+    saved = torch.load(last, weights_only=True)["rl_lightning"]["env_steps"]
+    budget = saved + 2048
+    proc = start_fit(tmp_path, "--model.total_env_steps", str(budget), "--ckpt_path", "last")
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    assert torch.load(last, weights_only=True)["rl_lightning"]["env_steps"] >= budget
+
+
+class NaNAfter(PPO):
+    """PPO whose loss turns NaN from a given env step on (a planted divergence)."""
+
+    def __init__(self, nan_at: int, **kwargs):
+        super().__init__(**kwargs)
+        self.nan_at = nan_at
+
+    def training_step(self, batch, batch_idx):
+        if self.env_steps >= self.nan_at:
+            batch = batch._replace(advantages=batch.advantages * float("nan"))
+        return super().training_step(batch, batch_idx)
+
+
+def test_planted_nan_stops_the_run_naming_step_loss_and_last_good_checkpoint(tmp_path):
+    model = NaNAfter(
+        nan_at=768,
+        env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
+        total_env_steps=4096,
+        num_steps=64,
+        num_minibatches=2,
+        update_epochs=1,
+        env_steps_per_epoch=512,
+        eval_episodes=1,
+    )
+    last = LastCheckpoint(dirpath=tmp_path)
+    trainer = quick_trainer(callbacks=[last], enable_checkpointing=True)
+    with pytest.raises(DivergenceError, match=r"diverged at env step 768 .*loss = nan.*last\.ckpt"):
+        trainer.fit(model)
+    good = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert good["rl_lightning"]["env_steps"] == 512
+    assert all(torch.isfinite(t).all() for t in good["state_dict"].values())
+
+
+class FaultyEnv(gym.Env):
+    """20-step episodes; the simulator fails on the 30th reset of an instance (its env step 580)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        if self.resets == 30:
+            raise RuntimeError("simulator exploded")
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 20, False, {}
+
+
+gym.register("test/Faulty-v0", entry_point=FaultyEnv)
+
+
+def test_environment_fault_names_env_and_step_after_saving_a_checkpoint(tmp_path):
+    model = PPO(
+        env=EnvConfig("test/Faulty-v0", num_envs=2, seed=0),
+        total_env_steps=4096,
+        num_steps=32,
+        num_minibatches=1,
+        update_epochs=1,
+        env_steps_per_epoch=128,
+        eval_episodes=1,
+    )
+    trainer = quick_trainer(callbacks=[LastCheckpoint(dirpath=tmp_path)], enable_checkpointing=True)
+    expected = r"Experience collection on 'test/Faulty-v0' failed at env step 1152: RuntimeError: simulator"
+    with pytest.raises(CollectionError, match=expected):
+        trainer.fit(model)
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["rl_lightning"]["env_steps"] == 1152
+
+
+def test_every_checkpoint_loads_with_weights_only(tmp_path):
+    model = PPO(
+        env=EnvConfig("CartPole-v1", num_envs=2),
+        total_env_steps=512,
+        num_steps=64,
+        num_minibatches=1,
+        env_steps_per_epoch=256,
+        eval_episodes=1,
+    )
+    cbs = [
+        ModelCheckpoint(dirpath=tmp_path, monitor="val/episode_return", mode="max", save_top_k=2),
+        LastCheckpoint(dirpath=tmp_path),
+    ]
+    quick_trainer(callbacks=cbs, enable_checkpointing=True).fit(model)
+    files = list(tmp_path.glob("*.ckpt"))
+    assert len(files) >= 2
+    for f in files:
+        ckpt = torch.load(f, weights_only=True)
+        assert isinstance(ckpt["hyper_parameters"]["env"], dict)
+        assert set(ckpt["rl_lightning"]) >= {"env_steps", "env_seed", "rng"}
