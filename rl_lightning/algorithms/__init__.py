@@ -1,5 +1,8 @@
 from rl_lightning.algorithms.base import RLModule
+from rl_lightning.algorithms.ddpg import DDPG
 from rl_lightning.algorithms.dqn import DQN
 from rl_lightning.algorithms.ppo import PPO
+from rl_lightning.algorithms.sac import SAC
+from rl_lightning.algorithms.td3 import TD3
 
-__all__ = ["DQN", "PPO", "RLModule"]
+__all__ = ["DDPG", "DQN", "PPO", "SAC", "TD3", "RLModule"]
