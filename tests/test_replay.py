@@ -144,10 +144,14 @@ def expected_stack(episode, t, length):
     return np.stack([[[episode % 256, max(t - 3 + j, 0)], [length, 0]] for j in range(4)]).astype(np.uint8)
 
 
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+@pytest.mark.parametrize("frame_stack", [1, 4])
 @pytest.mark.parametrize("num_envs", [1, 3])
-def test_frame_stacks_are_rebuilt_exactly_across_episode_ends_and_wraparound(num_envs):
-    envs = make_vector_env(EnvConfig("test/StackedFrames-v0", num_envs=num_envs))
-    buf = ReplayBuffer(60, num_envs, envs.single_observation_space, envs.single_action_space, frame_stack=4, seed=0)
+def test_transitions_are_exact_across_episode_ends_and_wraparound(num_envs, frame_stack, cls):
+    env_id = "test/StackedFrames-v0" if frame_stack > 1 else "test/Frames-v0"
+    envs = make_vector_env(EnvConfig(env_id, num_envs=num_envs))
+    spaces = (envs.single_observation_space, envs.single_action_space)
+    buf = cls(60, num_envs, *spaces, frame_stack=frame_stack, seed=0)
     assert buf.frames.shape == (num_envs, 60 // num_envs, 2, 2)  # one frame per row, not four
     collector = ReplayCollector(envs, buf, torch.device("cpu"), seed=0)
     collector.collect(collector.random_actions, 200)
@@ -155,9 +159,12 @@ def test_frame_stacks_are_rebuilt_exactly_across_episode_ends_and_wraparound(num
         b = buf.sample(64)
         for i in range(64):
             obs, nxt = b.obs[i].numpy(), b.next_obs[i].numpy()
+            if frame_stack == 1:
+                obs, nxt = obs[None], nxt[None]
             ep, t, length = int(obs[-1, 0, 0]), int(obs[-1, 0, 1]), int(obs[-1, 1, 0])
-            np.testing.assert_array_equal(obs, expected_stack(ep, t, length))
-            np.testing.assert_array_equal(nxt, expected_stack(ep, t + 1, length))  # same episode, one step on
+            stack = expected_stack(ep, t, length)[4 - frame_stack :]
+            np.testing.assert_array_equal(obs, stack)
+            np.testing.assert_array_equal(nxt, expected_stack(ep, t + 1, length)[4 - frame_stack :])  # one step on
             assert float(b.rewards[i]) == t + 1
             assert float(b.terminated[i]) == float(t + 1 == length and length % 2 == 0)
     envs.close()

@@ -209,18 +209,13 @@ class DQN(RLModule):
         if self.collector is None:
             self.collector = ReplayCollector(self.envs, self.replay, self.replay.device, self.rank_seed)
         per_vector_step = self.env_config.num_envs * world
+        # Random actions fill the buffer first (the first phase, or after resuming without a saved buffer).
+        warmup_until = math.ceil(min(hp.learning_starts, self.total_env_steps) / per_vector_step)
         for _ in range(self.batches_per_epoch()):
-            collected = 0
-            # Warm-up (first phase only, or after resuming without a saved buffer).
-            warmup = math.ceil(min(hp.learning_starts, self.total_env_steps) / per_vector_step) - self.replay.num_adds
-            if warmup > 0:
-                self.collector.collect(self.collector.random_actions, warmup)
-                collected += warmup * per_vector_step
             self.epsilon = linear_schedule(
-                hp.start_e, hp.end_e, hp.exploration_fraction * self.total_env_steps, self.env_steps + collected
+                hp.start_e, hp.end_e, hp.exploration_fraction * self.total_env_steps, self.env_steps
             )
-            self.collector.collect(self._explore, hp.train_freq)
-            collected += hp.train_freq * per_vector_step
+            collected = self.collector.collect(self._explore, hp.train_freq, warmup_until) * per_vector_step
             self.env_steps += collected
             yield collected
 

@@ -195,10 +195,11 @@ class ReplayBuffer:
         self.ep_steps[e, p] = np.minimum(self.cur_ep_step, k - 1)
         self.ep_steps[e, p1] = np.minimum(self.cur_ep_step + 1, k - 1)
         self.valid[e, p] = True
+        self.valid[e, p1] = False  # a head or a final observation: not a transition
         self.cur_ep_step = np.where(done, 0, self.cur_ep_step + 1)
         self.num_adds += 1
         moved = self._advance(1 + done)
-        self._rows_changed(np.concatenate([p[:, None], moved], axis=1))
+        self._rows_changed(np.concatenate([p[:, None], p1[:, None], moved], axis=1))
 
     def _advance(self, by: np.ndarray) -> np.ndarray:
         """Move the heads ``by`` rows, invalidate the rows the move overwrote and return them: the
@@ -255,9 +256,12 @@ class ReplayBuffer:
         return self._base[env][:, None] + (row[:, None] - back) % self.rows
 
     def _gather(self, env: np.ndarray, row: np.ndarray, weights: np.ndarray) -> ReplayBatch:
+        b = len(row)
+        flat = self._base[env] + row
+        floats = np.empty((4, b), dtype=np.float32)  # returns, discounts, terminated, weights
         if self.n_step == 1:  # the general path gives the same, with more small ops
-            returns, terminated = self.rewards[env, row], self.terminated[env, row]
-            discounts, steps = np.full_like(returns, self.gamma), 1
+            floats[0], floats[1], floats[2] = self.rewards.ravel()[flat], self.gamma, self.terminated.ravel()[flat]
+            steps = 1
         else:
             window = (row[:, None] + np.arange(self.n_step)) % self.rows
             ew = env[:, None]
@@ -265,22 +269,22 @@ class ReplayBuffer:
                 *(torch.from_numpy(a[ew, window]) for a in (self.rewards, self.dones, self.terminated, self.valid)),
                 self.gamma,
             )
-            returns, discounts, terminated, steps = (t.numpy() for t in out)
-        b = len(row)
+            floats[0], floats[1], floats[2] = out[0], out[1], out[2]
+            steps = out[3].numpy()
+        floats[3] = weights
         obs_rows, next_rows = self._stack_rows(env, row), self._stack_rows(env, (row + steps) % self.rows)
-        idx = torch.from_numpy(np.concatenate([obs_rows.ravel(), next_rows.ravel()])).to(self.device)
-        obs = self._frames[idx].view(2, b, *self.obs_shape)
-        floats = np.stack([returns, discounts, terminated, weights]).astype(np.float32)
-        rewards, discounts_t, terminated_t, weights_t = torch.from_numpy(floats).to(self.device)
-        flat = self._base[env] + row
+        # One host-to-device copy of all indices and one of all scalars.
+        idx = torch.from_numpy(np.concatenate([obs_rows.ravel(), next_rows.ravel(), flat])).to(self.device)
+        obs = self._frames[idx[:-b]].view(2, b, *self.obs_shape)
+        scalars = torch.from_numpy(floats).to(self.device)
         return ReplayBatch(
             obs=obs[0],
-            actions=self._actions[torch.from_numpy(flat).to(self.device)],
-            rewards=rewards,
+            actions=self._actions[idx[-b:]],
+            rewards=scalars[0],
             next_obs=obs[1],
-            terminated=terminated_t,
-            discounts=discounts_t,
-            weights=weights_t,
+            terminated=scalars[2],
+            discounts=scalars[1],
+            weights=scalars[3],
             indices=torch.from_numpy(flat),  # on the host, where the priorities live
         )
 
@@ -480,8 +484,16 @@ class ReplayCollector:
         return low + torch.rand((n, *space.shape), device=self.device) * (high - low)
 
     @torch.no_grad()
-    def collect(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
-        """Run ``num_steps`` vector steps with ``act(obs) -> actions`` and store them."""
+    def collect(self, act: Callable[[Tensor], Tensor], num_steps: int, warmup_until: int = 0) -> int:
+        """Store ``num_steps`` vector steps taken with ``act(obs) -> actions``, preceded, while the
+        buffer holds fewer than ``warmup_until`` vector steps, by uniformly random ones up to that
+        count (the warm-up before ``learning_starts``). Returns the vector steps taken."""
+        warmup = max(warmup_until - self.buffer.num_adds, 0)
+        self._run(self.random_actions, warmup)
+        self._run(act, num_steps)
+        return warmup + num_steps
+
+    def _run(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
         for _ in range(num_steps):
             actions = act(self.obs)
             next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
