@@ -89,7 +89,9 @@ class RLModule(L.LightningModule):
             if self.env_config.seed is None:
                 # Drawn from torch's RNG, so seed_everything makes the envs reproducible too.
                 self.env_config.seed = int(torch.randint(0, 2**31 - 1, ()).item())
-            self.envs = make_vector_env(self.env_config)
+            # The device is final here (Lightning calls setup after choosing it, before moving the
+            # module there): a torch-backend env is built on it, so rollouts never leave it.
+            self.envs = make_vector_env(self.env_config, device=self.trainer.strategy.root_device)
             spaces = (self.envs.single_observation_space, self.envs.single_action_space)
         else:
             spaces = self._probe_spaces()
@@ -250,8 +252,11 @@ class RLModule(L.LightningModule):
             self.log("step", float(self.env_steps), batch_size=1)
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Play one deterministic episode per seed, all at once in a vector env."""
-        envs = make_vector_env(self.env_config, num_envs=len(seeds), training=False)
+        """Play one deterministic episode per seed, all at once in a vector env (gymnasium's, also
+        when training on the torch backend: evaluation runs on the reference implementation)."""
+        envs = make_vector_env(
+            dataclasses.replace(self.env_config, backend="gymnasium"), num_envs=len(seeds), training=False
+        )
         try:
             obs, _ = envs.reset(seed=seeds)
             returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)

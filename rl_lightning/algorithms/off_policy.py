@@ -90,14 +90,9 @@ def collection_phases(module: Any, explore: Callable[[Tensor], Tensor]) -> Itera
             module.envs, module.replay, module.replay.device, module.rank_seed, normalized_actions=True
         )
     per_vector_step = module.env_config.num_envs * world
+    warmup_until = math.ceil(hp.learning_starts / per_vector_step)
     for _ in range(batches_per_epoch(module)):
-        collected = 0
-        warmup = math.ceil(hp.learning_starts / per_vector_step) - module.replay.num_adds
-        if warmup > 0:
-            module.collector.collect(module.collector.random_actions, warmup)
-            collected += warmup * per_vector_step
-        module.collector.collect(explore, hp.train_freq)
-        collected += hp.train_freq * per_vector_step
+        collected = module.collector.collect(explore, hp.train_freq, warmup_until) * per_vector_step
         module.env_steps += collected
         yield collected
 

@@ -12,6 +12,9 @@ clipping, episodic life) do; they arrive in ``info["final_info"]["episode"]``.
 Atari ids (registered by ale-py, the ``atari`` extra) get the standard preprocessing of
 ``rl_lightning.envs.atari``; its training-only wrappers (episodic life, reward clipping) are left out
 when ``training=False`` (evaluation).
+
+With ``backend="torch"`` the env is one of ``rl_lightning.envs.torch``'s batched, pure-torch
+ports of the classic-control envs instead: same API and info keys, tensors on a device.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
-import numpy as np
+import torch
 
 from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
+from rl_lightning.envs.torch import make_torch_env
 from rl_lightning.errors import ConfigError
 
 
@@ -40,7 +44,12 @@ class EnvConfig:
             ``rank * num_envs``). ``None`` draws it from torch's RNG, so ``seed_everything`` fixes it.
         vectorization: ``sync`` steps the sub-envs in this process (fastest for cheap envs such as
             classic control); ``async`` gives each its own process (for expensive envs).
-        env_kwargs: Extra keyword arguments for ``gymnasium.make``.
+        env_kwargs: Extra keyword arguments for ``gymnasium.make`` (the torch envs take the same ones).
+        backend: ``gymnasium`` builds gymnasium's envs in a vector env (any registered id);
+            ``torch`` builds the batched pure-torch implementation (``rl_lightning.envs.torch``:
+            CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0) on the
+            module's device, so whole rollouts stay there (``vectorization`` is then ignored).
+            Evaluation always plays gymnasium's env.
 
     Atari ids (``ALE/Pong-v5``, ...) are preprocessed automatically (``rl_lightning.envs.atari``).
     """
@@ -50,6 +59,7 @@ class EnvConfig:
     seed: int | None = None
     vectorization: Literal["sync", "async"] = "sync"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    backend: Literal["gymnasium", "torch"] = "gymnasium"
 
 
 def check_env_id(env_id: str) -> None:
@@ -87,15 +97,21 @@ def make_vector_env(
     num_envs: int | None = None,
     render_mode: str | None = None,
     training: bool = True,
+    device: torch.device | str = "cpu",
 ) -> gym.vector.VectorEnv:
     """Build ``num_envs`` (default ``config.num_envs``) copies of ``config.env_id``, unseeded.
 
     Seeding happens at the first ``reset(seed=...)``, done by the caller who knows its rank.
     ``training=False`` (evaluation) leaves out training-only wrappers (Atari: episodic life, reward
-    clipping), so returns are the true game scores.
+    clipping), so returns are the true game scores. ``device`` places a torch-backend env (gymnasium
+    envs live on the host).
     """
     check_env_id(config.env_id)
     n = config.num_envs if num_envs is None else num_envs
+    if config.backend == "torch":
+        if render_mode is not None:
+            raise ConfigError("The torch backend does not render; use env.backend=gymnasium to record videos.")
+        return make_torch_env(config.env_id, n, device=device, **config.env_kwargs)
     fns = [_env_factory(config, render_mode, training) for _ in range(n)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     if config.vectorization == "async":
@@ -103,9 +119,11 @@ def make_vector_env(
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
 
-def episode_stats(infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def episode_stats(infos: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """``(ended, returns, lengths)`` over all sub-envs for the episodes that ended in this vector
-    step (``ended`` is the mask of valid entries), or None when none ended."""
+    step (``ended`` is the mask of valid entries), or None when none ended: numpy arrays from
+    gymnasium envs; tensors from torch envs, which always return them (all-False ``ended`` when no
+    episode ended), so that no step has to sync with the device."""
     final = infos.get("final_info")
     if not final or "episode" not in final:
         return None
