@@ -56,14 +56,45 @@ CASES += [
 ]
 
 
+def off_policy(algo: str) -> list[str]:
+    return ["--config", str(ROOT / f"configs/{algo}/pendulum.yaml")]
+
+
+CASES += [
+    # (the same, on top of the SAC / TD3 / DDPG Pendulum configs)
+    (off_policy("sac") + ["--model.env.env_id", "CartPole-v1"], r"SAC cannot handle the action space Discrete\(2\)"),
+    (off_policy("td3") + ["--model.env.env_id", "CartPole-v1"], r"TD3 cannot handle the action space Discrete\(2\)"),
+    (off_policy("ddpg") + ["--model.env.env_id", "Acrobot-v1"], r"DDPG cannot handle the action space Discrete\(3\)"),
+    (
+        off_policy("sac") + ["--model.batch_size", "512", "--model.buffer_size", "256"],
+        "buffer_size=256 must be >= batch",
+    ),
+    (off_policy("td3") + ["--model.batch_size", "300000"], "buffer_size=200000 must be >= batch_size=300000"),
+    (off_policy("sac") + ["--model.tau", "0"], r"tau must be in \(0, 1\], got 0"),
+    (off_policy("ddpg") + ["--model.tau", "1.5"], r"tau must be in \(0, 1\], got 1.5"),
+    (
+        off_policy("sac") + ["--model.learning_starts", "30000"],
+        "learning_starts=30000 must be <= total_env_steps=20000",
+    ),
+    (off_policy("td3") + ["--model.total_env_steps", "5000"], "learning_starts=10000 must be <= total_env_steps=5000"),
+    (off_policy("sac") + ["--model.ent_coef", "-0.1"], "ent_coef must be 'auto' or a number > 0, got -0.1"),
+    (off_policy("sac") + ["--model.gamma", "1.01"], r"gamma must be in \(0, 1\], got 1.01"),
+    (off_policy("td3") + ["--model.policy_frequency", "0"], "policy_frequency must be >= 1, got 0"),
+    (off_policy("td3") + ["--model.exploration_noise", "-0.1"], "exploration_noise must be >= 0, got -0.1"),
+    (off_policy("ddpg") + ["--model.policy_frequency", "2"], "policy_frequency"),  # DDPG has no delay to set
+    (off_policy("sac") + ["--model.env.env_id", "test/MultiBinary-v0"], r"SAC cannot handle .*MultiBinary\(2\)"),
+]
+
+
 @pytest.mark.parametrize(("args", "pattern"), CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, monkeypatch, capsys):
     import re
 
     monkeypatch.chdir(tmp_path)
+    if args[0] != "--config":  # the PPO CartPole config, unless the case brings its own
+        args = PPO_CARTPOLE + args
     with pytest.raises(SystemExit) as exit_info:
-        config = [] if "--config" in args else PPO_CARTPOLE
-        main(["fit", *config, *args, "--trainer.enable_progress_bar", "false"])
+        main(["fit", *args, "--trainer.enable_progress_bar", "false"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert re.search(pattern, err, re.S), err[-2000:]

@@ -430,12 +430,27 @@ class ReplayCollector:
         buffer: Where transitions go.
         device: Device of the observations given to the acting function.
         seed: Seed of the first sub-env at the initial reset.
+        normalized_actions: Box actions only: the acting function returns actions in ``[-1, 1]``,
+            which are stored as they are and rescaled to the env's bounds on their way to the env
+            (SAC, TD3, DDPG: networks and replay work in ``[-1, 1]``, as in SB3). Needs finite bounds.
     """
 
-    def __init__(self, envs: gym.vector.VectorEnv, buffer: ReplayBuffer, device: torch.device, seed: int) -> None:
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        buffer: ReplayBuffer,
+        device: torch.device,
+        seed: int,
+        normalized_actions: bool = False,
+    ) -> None:
         self.envs, self.buffer, self.device = envs, buffer, device
         self.num_envs = envs.num_envs
         self.action_space = envs.single_action_space
+        self.normalized_actions = normalized_actions
+        if normalized_actions and not (
+            isinstance(self.action_space, gym.spaces.Box) and self.action_space.is_bounded("both")
+        ):
+            raise ValueError(f"normalized_actions needs a Box action space with finite bounds: {self.action_space}.")
         self.episode_returns: list[np.ndarray] = []
         self.episode_lengths: list[np.ndarray] = []
         obs, _ = envs.reset(seed=seed)
@@ -450,14 +465,20 @@ class ReplayCollector:
         a = actions.cpu().numpy()
         if isinstance(self.action_space, gym.spaces.Discrete):
             return a + int(self.action_space.start)
-        return np.clip(a, self.action_space.low, self.action_space.high)
+        low, high = self.action_space.low, self.action_space.high
+        if self.normalized_actions:
+            a = low + (a + 1.0) * 0.5 * (high - low)
+        return np.clip(a, low, high)
 
     def random_actions(self, obs: Tensor) -> Tensor:
         """Uniform random actions (for the warm-up before ``learning_starts``), from torch's RNG so
-        ``seed_everything`` fixes them. Discrete actions are indices ``0..n-1``."""
+        ``seed_everything`` fixes them. Discrete actions are indices ``0..n-1``; normalized actions
+        are uniform in ``[-1, 1]``."""
         n, space = obs.shape[0], self.action_space
         if isinstance(space, gym.spaces.Discrete):
             return torch.randint(int(space.n), (n,), device=self.device)
+        if self.normalized_actions:
+            return torch.rand((n, *space.shape), device=self.device) * 2.0 - 1.0
         low = torch.as_tensor(space.low, device=self.device, dtype=torch.float32)
         high = torch.as_tensor(space.high, device=self.device, dtype=torch.float32)
         return low + torch.rand((n, *space.shape), device=self.device) * (high - low)

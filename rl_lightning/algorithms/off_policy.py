@@ -1,0 +1,132 @@
+"""What the continuous-action off-policy algorithms (SAC, TD3, DDPG) share: collection phases into a
+replay buffer, sampling, the replay buffer in checkpoints, hyperparameter checks and the critic loss.
+
+Functions of the module rather than a base class, so each algorithm stays ``RLModule -> algorithm``
+and its file shows where its data comes from. They read the module's ``hparams`` (``buffer_size,
+batch_size, learning_starts, train_freq, gradient_steps, save_replay_buffer, buffer_on_cpu``) and
+attributes ``replay``, ``collector``, ``num_updates`` and ``_replay_state``.
+
+Actions are normalized: the actor outputs and the critics and replay buffer take actions in
+``[-1, 1]^d``; the collector rescales them to the env's bounds on their way to the env
+(``ReplayCollector(normalized_actions=True)``) and ``forward`` returns env units, as SB3 does. Env
+actions are therefore always within bounds, whatever the exploration noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
+
+from rl_lightning.algorithms.base import RLModule
+from rl_lightning.data.replay import ReplayBatch, ReplayBuffer, ReplayCollector
+from rl_lightning.errors import ConfigError, check
+
+
+def q_loss(q: Tensor, target: Tensor) -> Tensor:
+    """Critic loss summed over the ``n`` critics: ``sum_i mean_b (Q_i(s, a) - y)^2`` for ``[n, B]``
+    Q-values and a ``[B]`` target (SB3's and CleanRL's TD3 loss; SB3's SAC halves it, which Adam's
+    scale invariance makes immaterial)."""
+    return (q - target).pow(2).mean(-1).sum()
+
+
+def check_hparams(hp: Any, total_env_steps: int) -> None:
+    """The checks every off-policy algorithm needs; ``ConfigError`` names the argument and value."""
+    check(0 < hp.gamma <= 1, f"gamma must be in (0, 1], got {hp.gamma}.")
+    check(0 < hp.tau <= 1, f"tau must be in (0, 1], got {hp.tau}.")
+    check(hp.learning_rate > 0, f"learning_rate must be > 0, got {hp.learning_rate}.")
+    for name in ("batch_size", "train_freq", "gradient_steps"):
+        check(hp[name] >= 1, f"{name} must be >= 1, got {hp[name]}.")
+    check(hp.buffer_size >= hp.batch_size, f"buffer_size={hp.buffer_size} must be >= batch_size={hp.batch_size}.")
+    check(hp.learning_starts >= 0, f"learning_starts must be >= 0, got {hp.learning_starts}.")
+    check(
+        hp.learning_starts <= total_env_steps,
+        f"learning_starts={hp.learning_starts} must be <= total_env_steps={total_env_steps}: "
+        "the run would end before its first gradient step.",
+    )
+    check(all(h >= 1 for h in hp.hidden_sizes), f"hidden_sizes must be positive, got {list(hp.hidden_sizes)}.")
+
+
+def check_action_space(module: RLModule, action_space: gym.Space) -> None:
+    """A 1-D Box with finite bounds (actions are rescaled from ``[-1, 1]`` onto them)."""
+    if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
+        raise ConfigError(f"{type(module).__name__} needs a 1-D Box action space, got {action_space}.")
+    if not action_space.is_bounded("both"):
+        raise ConfigError(
+            f"{type(module).__name__} needs finite action bounds (actions are squashed into them), got "
+            f"{action_space} on {module.env_config.env_id!r}; wrap the env with gymnasium's ClipAction/RescaleAction."
+        )
+
+
+def action_bounds(action_space: gym.spaces.Box) -> tuple[Tensor, Tensor]:
+    low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action_space.low, action_space.high))
+    return low, high
+
+
+# ------------------------------------------------------------------------------------------ data
+def batches_per_epoch(module: Any) -> int:
+    per_phase = module.hparams.train_freq * module.env_config.num_envs * module.trainer.world_size
+    return math.ceil(module.env_steps_per_epoch / per_phase)
+
+
+def collection_phases(module: Any, explore: Callable[[Tensor], Tensor]) -> Iterator[int]:
+    """One epoch of collection phases; yields the env steps (all ranks) each collected.
+
+    A phase is ``train_freq`` vector steps with ``explore(obs) -> [-1, 1] actions``. The first phase
+    of a run (or of a resumed run without a saved buffer) first fills the buffer with
+    ``learning_starts`` env steps of uniformly random actions, so every epoch has the same number of
+    training steps (what DDP needs).
+    """
+    hp, world = module.hparams, module.trainer.world_size
+    if module.replay is None:
+        module.replay = make_replay(module)
+    if module.collector is None:
+        module.collector = ReplayCollector(
+            module.envs, module.replay, module.replay.device, module.rank_seed, normalized_actions=True
+        )
+    per_vector_step = module.env_config.num_envs * world
+    warmup_until = math.ceil(hp.learning_starts / per_vector_step)
+    for _ in range(batches_per_epoch(module)):
+        collected = module.collector.collect(explore, hp.train_freq, warmup_until) * per_vector_step
+        module.env_steps += collected
+        yield collected
+
+
+def make_replay(module: Any) -> ReplayBuffer:
+    hp = module.hparams
+    device = torch.device("cpu") if hp.buffer_on_cpu else module.device
+    replay = ReplayBuffer(
+        hp.buffer_size, module.env_config.num_envs, module.observation_space, module.action_space, device
+    )
+    rank_zero_info(f"Replay buffer: {replay.nbytes / 1e9:.3f} GB on {device} per rank.")
+    if module._replay_state is not None:
+        replay.load_state_dict(module._replay_state)
+        module._replay_state = None
+    return replay
+
+
+def sample(module: Any) -> ReplayBatch:
+    batch = module.replay.sample(module.hparams.batch_size)
+    if module.replay.device != module.device:
+        batch = batch._replace(**{k: getattr(batch, k).to(module.device) for k in batch._fields if k != "indices"})
+    return batch
+
+
+# ----------------------------------------------------------------------------------- checkpoints
+def save_state(module: Any, checkpoint: dict[str, Any]) -> None:
+    """The gradient-step counter (it drives delayed updates) and, if asked, the replay buffer."""
+    state = checkpoint["rl_lightning"]
+    state["num_updates"] = module.num_updates
+    if module.hparams.save_replay_buffer and module.replay is not None:
+        state["replay_buffer"] = module.replay.state_dict()
+
+
+def load_state(module: Any, checkpoint: dict[str, Any]) -> None:
+    state = checkpoint.get("rl_lightning", {})
+    module.num_updates = int(state.get("num_updates", 0))
+    module._replay_state = state.get("replay_buffer")
