@@ -39,7 +39,20 @@ CASES = [
     (["--model.gamma", "abc"], "gamma"),  # wrong type
     (["--trainer.max_epochs", "many"], "max_epochs"),
     (["--ckpt_path", "last"], "--ckpt_path last: no .*last.ckpt to resume from"),
-    (["--model.env.env_id", "Taxi-v3", "--model.env.backend", "torch"], "no torch implementation of 'Taxi"),
+    (["--model.env.env_id", "Taxi-v4", "--model.env.backend", "torch"], "no torch implementation of 'Taxi"),
+]
+
+
+DQN_CARTPOLE = ["--config", str(ROOT / "configs/dqn/cartpole.yaml")]
+CASES += [
+    (
+        [*DQN_CARTPOLE, "--model.batch_size", "512", "--model.buffer_size", "256"],
+        "buffer_size=256 must be >= batch_size=512",
+    ),
+    ([*DQN_CARTPOLE, "--model.n_step", "0"], "n_step must be >= 1"),
+    ([*DQN_CARTPOLE, "--model.learning_starts", "200000"], "learning_starts must be in .*first update"),
+    ([*DQN_CARTPOLE, "--model.tau", "1.5"], r"tau must be in \(0, 1\]"),
+    ([*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"], r"DQN cannot handle the action space Box.*SAC, TD3 or DDPG"),
 ]
 
 
@@ -78,10 +91,9 @@ def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, mon
     import re
 
     monkeypatch.chdir(tmp_path)
-    if args[0] != "--config":  # the PPO CartPole config, unless the case brings its own
-        args = PPO_CARTPOLE + args
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", *args, "--trainer.enable_progress_bar", "false"])
+        config = [] if "--config" in args else PPO_CARTPOLE
+        main(["fit", *config, *args, "--trainer.enable_progress_bar", "false"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert re.search(pattern, err, re.S), err[-2000:]

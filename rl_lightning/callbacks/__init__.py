@@ -1,3 +1,4 @@
 from rl_lightning.callbacks.checkpoint import LastCheckpoint
+from rl_lightning.callbacks.compile import CompileNetworks
 
-__all__ = ["LastCheckpoint"]
+__all__ = ["CompileNetworks", "LastCheckpoint"]

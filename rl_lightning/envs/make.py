@@ -9,12 +9,12 @@ Episode statistics come from gymnasium's own ``RecordEpisodeStatistics``, wrappe
 sub-env innermost, so returns are the env's true returns whatever the later wrappers (reward
 clipping, episodic life) do; they arrive in ``info["final_info"]["episode"]``.
 
+With ``backend="torch"`` the env is one of ``rl_lightning.envs.torch``'s batched, pure-torch
+ports of the classic-control envs instead: same API and info keys, tensors on a device.
+
 Atari ids (registered by ale-py, the ``atari`` extra) get the standard preprocessing of
 ``rl_lightning.envs.atari``; its training-only wrappers (episodic life, reward clipping) are left out
 when ``training=False`` (evaluation).
-
-With ``backend="torch"`` the env is one of ``rl_lightning.envs.torch``'s batched, pure-torch
-ports of the classic-control envs instead: same API and info keys, tensors on a device.
 """
 
 from __future__ import annotations
@@ -96,15 +96,15 @@ def make_vector_env(
     config: EnvConfig,
     num_envs: int | None = None,
     render_mode: str | None = None,
-    training: bool = True,
     device: torch.device | str = "cpu",
+    training: bool = True,
 ) -> gym.vector.VectorEnv:
     """Build ``num_envs`` (default ``config.num_envs``) copies of ``config.env_id``, unseeded.
 
     Seeding happens at the first ``reset(seed=...)``, done by the caller who knows its rank.
-    ``training=False`` (evaluation) leaves out training-only wrappers (Atari: episodic life, reward
-    clipping), so returns are the true game scores. ``device`` places a torch-backend env (gymnasium
-    envs live on the host).
+    ``device`` places a torch-backend env (gymnasium envs live on the host). ``training=False``
+    (evaluation) leaves out training-only wrappers (Atari: episodic life, reward clipping), so returns
+    are the true game scores.
     """
     check_env_id(config.env_id)
     n = config.num_envs if num_envs is None else num_envs
