@@ -38,7 +38,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import Logger  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 
-from rl_lightning import PPO, EnvConfig, RLModule  # noqa: E402
+from rl_lightning import PPO, SAC, TD3, EnvConfig, RLModule  # noqa: E402
 from rl_lightning.envs.make import episode_stats  # noqa: E402
 
 
@@ -71,6 +71,23 @@ class PPOTwoLosses(PPO):
 
 PPO_ARGS = dict(num_steps=16, num_minibatches=2, update_epochs=2, env_steps_per_epoch=256, eval_episodes=3)
 
+PENDULUM_16 = EnvConfig("Pendulum-v1", num_envs=2, env_kwargs={"max_episode_steps": 16})
+
+
+def off_policy_args(steps: int) -> dict:
+    return dict(
+        total_env_steps=steps,
+        buffer_size=2000,
+        batch_size=32,
+        learning_starts=min(128, steps),  # at most the budget (test_ddp also builds one with 1 step)
+        train_freq=16,
+        gradient_steps=2,
+        hidden_sizes=(16, 16),
+        env_steps_per_epoch=256,
+        eval_episodes=3,
+    )
+
+
 # name -> factory(total_env_steps) of a small model; tests/test_ddp.py runs each one. A new entry needs:
 # 1024 env steps reachable exactly with 2 ranks (1536 with 1), eval_episodes=3 (split 2 + 1), and
 # log_training called on every training step (the run logs every step). PPO: 64 env steps per rank a rollout.
@@ -86,6 +103,12 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
     "ppo_two_losses": lambda steps: PPOTwoLosses(
         env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
     ),
+    # Off-policy: 64 env steps a phase with 2 ranks (32 with 1); the warm-up is two phases' worth, so the
+    # first phase collects 192 and 1024 is reached exactly (1536 too, after a warm-up again on resume).
+    # 16-step episodes end in every phase: Lightning re-emits a step metric's last value on later steps
+    # of the epoch where it was not logged, so phases without an episode end would log stale returns.
+    "sac": lambda steps: SAC(env=PENDULUM_16, **off_policy_args(steps)),
+    "td3": lambda steps: TD3(env=PENDULUM_16, **off_policy_args(steps)),
 }
 
 

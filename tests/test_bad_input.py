@@ -91,8 +91,6 @@ def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, mon
     import re
 
     monkeypatch.chdir(tmp_path)
-    if args[0] != "--config":  # the PPO CartPole config, unless the case brings its own
-        args = PPO_CARTPOLE + args
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", *args, "--trainer.enable_progress_bar", "false"])
     assert exit_info.value.code == 2

@@ -172,6 +172,18 @@ def test_polyak_update_moves_targets_by_tau():
     assert all(torch.equal(t, o) for t, o in zip(target.parameters(), online.parameters(), strict=True))
 
 
+def test_bf16_mixed_precision_trains_with_float32_q_values_and_log_probs():
+    model = tiny_sac()
+    quick_trainer(precision="bf16-mixed").fit(model)
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+    obs, actions = torch.randn(4, 3), torch.rand(4, 1) * 2 - 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q, (a, logp) = model.critic(obs, actions), model.actor.sample(obs)
+        hidden = model.actor.trunk(obs)
+    assert hidden.dtype == torch.bfloat16 and q.dtype == a.dtype == logp.dtype == torch.float32
+    torch.testing.assert_close(q, model.critic(obs, actions), atol=0.05, rtol=0.02)
+
+
 # ------------------------------------------------------------------------------------- bounds
 def test_actions_sent_to_the_env_are_always_within_its_asymmetric_bounds():
     RecordingBox.received.clear()

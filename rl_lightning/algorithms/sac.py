@@ -92,6 +92,7 @@ class SAC(RLModule):
     """
 
     action_spaces = (gym.spaces.Box,)
+    ddp_find_unused_parameters = True  # actor, critic (and alpha) backward passes reach disjoint parameters
 
     def __init__(
         self,

@@ -94,6 +94,7 @@ class TD3(RLModule):
     """
 
     action_spaces = (gym.spaces.Box,)
+    ddp_find_unused_parameters = True  # actor, critic (and alpha) backward passes reach disjoint parameters
     n_critics = 2  # clipped double-Q (DDPG: 1)
 
     def __init__(

@@ -3,6 +3,7 @@
 Actions are normalized: actors output, and critics take, actions in ``[-1, 1]^d``; the algorithm
 rescales them to the env's bounds (``to_env_units``), as Stable-Baselines3 does. Initialization is
 PyTorch's default, as in SB3's and CleanRL's SAC/TD3 (not the orthogonal one of the PPO networks).
+Under mixed precision the output layers (actor heads, the critics' last layer) run in float32.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rl_lightning.networks.mlp import ACTIVATIONS
+from rl_lightning.networks.mlp import ACTIVATIONS, Float32Linear
 
 # Bounds of the actor's log standard deviation (SB3's; CleanRL squashes to [-5, 2] instead).
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -57,8 +58,8 @@ class TanhGaussianActor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
         super().__init__()
         self.trunk, dim = _torso(obs_dim, tuple(hidden_sizes), activation)
-        self.mean = nn.Linear(dim, act_dim)
-        self.log_std = nn.Linear(dim, act_dim)
+        self.mean = Float32Linear(dim, act_dim)
+        self.log_std = Float32Linear(dim, act_dim)
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         h = self.trunk(obs.flatten(1).float())
@@ -79,7 +80,7 @@ class DeterministicActor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
         super().__init__()
         self.trunk, dim = _torso(obs_dim, tuple(hidden_sizes), activation)
-        self.out = nn.Linear(dim, act_dim)
+        self.out = Float32Linear(dim, act_dim)
 
     def forward(self, obs: Tensor) -> Tensor:
         return torch.tanh(self.out(self.trunk(obs.flatten(1).float())).float())
@@ -114,7 +115,10 @@ class QEnsemble(nn.Module):
         h = x.unsqueeze(0).expand(k, *x.shape)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            if i == last and torch.is_autocast_enabled(h.device.type):  # Q-values in float32 (Float32Linear)
+                with torch.autocast(h.device.type, enabled=False):
+                    return torch.baddbmm(b[:k], h.float(), w[:k]).squeeze(-1)
             h = torch.baddbmm(b[:k], h, w[:k])
             if i < last:
                 h = self.activation(h)
-        return h.squeeze(-1).float()
+        return h.squeeze(-1)
