@@ -6,8 +6,9 @@
 
 Defaults differ from Lightning's where RL needs it: no epoch limit (the module stops at its env-step
 budget), a TensorBoard logger under ``runs/``, checkpoints of the best evaluation return
-(``best-epoch*.ckpt``) and of the latest state (``last.ckpt``), no sanity validation, and logging
-every 10 training steps.
+(``best-epoch*.ckpt``) and of the latest state (``last.ckpt``), no sanity validation, logging
+every 10 training steps, and a progress bar in env steps (``RLProgressBar``; off with
+``--trainer.enable_progress_bar false``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.errors import ConfigError
 
 
@@ -60,6 +62,15 @@ class RLCLI(LightningCLI):
         version = _version(Path(ckpt_path))
         if version is not None and logger.init_args.get("version") is None:
             logger.init_args.version = version
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        # The env-step progress bar by default. Not through trainer_defaults' callbacks: a config listing
+        # its own callbacks would drop it, and --trainer.enable_progress_bar false would then be an error.
+        config = self._get(self.config_init, "trainer", default={})
+        callbacks = list(kwargs.get("callbacks", config.get("callbacks")) or [])
+        if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, RLProgressBar()]
+        return super().instantiate_trainer(**kwargs)
 
 
 def _version(path: Path) -> int | None:

@@ -249,9 +249,13 @@ class RLModule(L.LightningModule):
         if prefix == "val" and not self.trainer.sanity_checking:
             self.log("step", float(self.env_steps), batch_size=1)
 
+    def make_eval_env(self, num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
+        """The env evaluation episodes are played in (also by the ``RecordEpisodes`` video callback)."""
+        return make_vector_env(self.env_config, num_envs=num_envs, render_mode=render_mode)
+
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Play one deterministic episode per seed, all at once in a vector env."""
-        envs = make_vector_env(self.env_config, num_envs=len(seeds))
+        envs = self.make_eval_env(len(seeds))
         try:
             obs, _ = envs.reset(seed=seeds)
             returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
