@@ -16,6 +16,7 @@ It is the default of the ``rl-lightning`` command; in Python pass it yourself:
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -66,6 +67,7 @@ class RLProgressBar(TQDMProgressBar):
             dynamic_ncols=True,
             smoothing=0,  # the average rate of the run, so the remaining time is right
             mininterval=self.refresh_seconds,
+            file=sys.stdout,  # as Lightning's bars
             bar_format=self.BAR_FORMAT,
         )
 

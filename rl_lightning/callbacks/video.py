@@ -143,10 +143,10 @@ def add_gif(writer: Any, tag: str, gif: bytes, step: int) -> None:
 
 
 class RecordEpisodes(L.Callback):
-    """Record a video of the agent at the first evaluation, every ``every_n_evals`` evaluations after it, and
-    at the end of training.
+    """Videos of evaluation episodes, as mp4 files and in TensorBoard.
 
-    The recorded episode is evaluation episode 0 replayed with rendering on (same seed, deterministic
+    Records at the first evaluation, every ``every_n_evals`` evaluations after it, and at the end of
+    training. The recorded episode is evaluation episode 0 replayed with rendering on (same seed, deterministic
     policy), so it shows what the evaluation measured. It goes to
     ``<log_dir>/videos/eval-env_steps=<N>-return=<R>.mp4`` and, with a TensorBoard logger, to the
     ``val/video`` tag (Images tab; step = env steps). Only rank 0 records; the other ranks do not wait.
