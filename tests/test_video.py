@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from rl_lightning import PPO, EnvConfig
 from rl_lightning.callbacks import RecordEpisodes
-from rl_lightning.callbacks.video import GifFrames
+from rl_lightning.callbacks.video import GifFrames, sample_frames
 from tests.conftest import quick_trainer
 
 
@@ -56,6 +56,10 @@ def test_fit_records_playable_videos_and_tensorboard(tmp_path):
         assert len(first) == 600 * 400 * 3 and max(first) > 0
         reader.close()
         assert path.name.endswith(f"-return={length}.mp4")  # CartPole: return = length
+
+    strip = sample_frames(videos.videos[-1], n=4)
+    assert [i for i, _ in strip][::3] == [0, lengths[3] - 1] and len(strip) == 4
+    assert all(frame.shape == (400, 600, 3) for _, frame in strip)
 
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0})
     events.Reload()

@@ -253,6 +253,7 @@ class RLModule(L.LightningModule):
         """The env evaluation episodes are played in (also by the ``RecordEpisodes`` video callback)."""
         return make_vector_env(self.env_config, num_envs=num_envs, render_mode=render_mode)
 
+    @torch.no_grad()
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Play one deterministic episode per seed, all at once in a vector env."""
         envs = self.make_eval_env(len(seeds))

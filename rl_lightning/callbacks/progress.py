@@ -100,7 +100,7 @@ class RLProgressBar(TQDMProgressBar):
         bar.n = min(pl_module.env_steps, pl_module.total_env_steps)
         metrics = trainer.callback_metrics
         postfix = [
-            f"{name}={float(metrics[key]):.1f}"
+            f"{name}={_short(float(metrics[key]))}"
             for name, key in (("return", "rollout/episode_return"), ("eval", "val/episode_return"))
             if key in metrics
         ]
@@ -120,3 +120,8 @@ class RLProgressBar(TQDMProgressBar):
         self.val_progress_bar.close()
         self.reset_dataloader_idx_tracker()
         self._redraw(trainer, pl_module)
+
+
+def _short(x: float) -> str:
+    """At least 3 significant digits, never an exponent: 500, 93.4, 0.95, -1622."""
+    return f"{x:.{max(0, 3 - len(str(int(abs(x)))))}f}"
