@@ -48,7 +48,7 @@ def test_fit_records_playable_videos_and_tensorboard(tmp_path):
     for path, length in zip(videos.videos, [lengths[0], lengths[2], lengths[3]], strict=True):
         assert path.parent == tmp_path / "run/version_0/videos" and path.stat().st_size > 1000
         frames, _ = imageio_ffmpeg.count_frames_and_secs(str(path))  # decodes the whole file with ffmpeg
-        assert frames == length  # one frame per step
+        assert frames == length + 1  # the first state and the state after every step
         reader = imageio_ffmpeg.read_frames(str(path))
         meta = next(reader)
         assert meta["size"] == (600, 400) and meta["fps"] == 50  # CartPole's render size and render_fps
@@ -58,7 +58,7 @@ def test_fit_records_playable_videos_and_tensorboard(tmp_path):
         assert path.name.endswith(f"-return={length}.mp4")  # CartPole: return = length
 
     strip = sample_frames(videos.videos[-1], n=4)
-    assert [i for i, _ in strip][::3] == [0, lengths[3] - 1] and len(strip) == 4
+    assert [i for i, _ in strip][::3] == [0, lengths[3]] and len(strip) == 4
     assert all(frame.shape == (400, 600, 3) for _, frame in strip)
 
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0})
@@ -68,7 +68,7 @@ def test_fit_records_playable_videos_and_tensorboard(tmp_path):
     assert [e.step for e in tb] == [512, 1536, 2048]
     gif = Image.open(io.BytesIO(tb[-1].encoded_image_string))
     assert gif.format == "GIF" and gif.n_frames > 1 and (gif.width, gif.height) == (240, 160)
-    assert gif_duration_ms(gif) == 20 * lengths[3]  # the episode in real time: 50 fps (Pillow merges equal frames)
+    assert gif_duration_ms(gif) == 20 * (lengths[3] + 1)  # in real time: 50 fps (Pillow merges equal frames)
 
 
 def gif_duration_ms(gif: Image.Image) -> int:

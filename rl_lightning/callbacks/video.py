@@ -30,31 +30,48 @@ from PIL import Image  # a dependency of tensorboard
 def play_rendered(
     module: Any, envs: gym.vector.VectorEnv, seed: int, max_steps: int, on_frame: Sequence[Callable[[np.ndarray], Any]]
 ) -> tuple[float, int]:
-    """Play one deterministic episode of ``module`` in ``envs`` (one sub-env, ``render_mode="rgb_array"``),
-    passing each rendered frame (uint8 ``[H, W, 3]``, the state the agent acts in) to every ``on_frame``.
+    """Play one deterministic episode of ``module`` in ``envs`` (its eval env: one sub-env made with
+    ``render_mode="rgb_array"``), passing each rendered frame (uint8 ``[H, W, 3]``) to every ``on_frame``:
+    the first state and the state after every step, so ``length + 1`` frames.
+
+    The sub-env of a ``SyncVectorEnv`` is stepped directly: the vector env would reset it inside the last
+    step (SAME_STEP autoreset), before its final state could be rendered. Other vector envs are stepped
+    as such, and their final state is missing from the video.
 
     Returns ``(episode_return, length)``; the episode is cut after ``max_steps`` steps.
     """
-    obs, _ = envs.reset(seed=[seed])
+    single = envs.envs[0] if isinstance(envs, gym.vector.SyncVectorEnv) else None
     act_space = envs.single_action_space
-    episode_return, length = 0.0, 0
-    while length < max_steps:
-        frame = envs.render()[0]
+
+    def render() -> None:
+        frame = single.render() if single is not None else envs.render()[0]
         for fn in on_frame:
             fn(frame)
+
+    obs = np.asarray(single.reset(seed=seed)[0])[None] if single is not None else envs.reset(seed=[seed])[0]
+    render()
+    episode_return, length, done = 0.0, 0, False
+    while not done and length < max_steps:
         actions = module(torch.as_tensor(obs, device=module.device), deterministic=True).cpu().numpy()
         if isinstance(act_space, gym.spaces.Box):
             actions = np.clip(actions, act_space.low, act_space.high)
-        obs, reward, terminated, truncated, _ = envs.step(actions)
-        episode_return += float(reward[0])
+        if single is not None:
+            obs, reward, terminated, truncated, _ = single.step(actions[0])
+            obs = np.asarray(obs)[None]
+        else:
+            obs, rewards, terminations, truncations, _ = envs.step(actions)
+            reward, terminated, truncated = rewards[0], terminations[0], truncations[0]
+        episode_return += float(reward)
         length += 1
-        if terminated[0] or truncated[0]:
-            break
+        done = bool(terminated or truncated)
+        if single is not None or not done:
+            render()
     return episode_return, length
 
 
 class Episode(NamedTuple):
-    """A rendered episode: ``frames`` is uint8 ``[T, H, W, 3]`` (one per step, ``T`` = episode length)."""
+    """A rendered episode: ``frames`` is uint8 ``[T, H, W, 3]``, the first state and the state after every
+    step (``T`` = episode length + 1; see ``play_rendered``)."""
 
     frames: np.ndarray
     episode_return: float
