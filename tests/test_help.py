@@ -2,6 +2,7 @@
 and callback options): LightningCLI takes the descriptions from the ``Args:`` docstrings."""
 
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -16,6 +17,7 @@ from rl_lightning.callbacks import RecordEpisodes, RLProgressBar
 from rl_lightning.envs import EnvConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+CALLBACKS = [RecordEpisodes, RLProgressBar]
 ALGORITHMS = [
     obj
     for obj in (getattr(rl_lightning, name) for name in rl_lightning.__all__)
@@ -23,19 +25,46 @@ ALGORITHMS = [
 ]
 
 
-def help_entries(*args: str) -> dict[str, str]:
-    """``{option: description}`` from a help screen, the ``(type: ..., default: ...)`` part removed."""
+# One subprocess renders every help screen (as `rl-lightning fit ...` would), paying the imports once.
+SCREENS = {
+    **{f"model:{a.__name__}": ["--model.help", f"rl_lightning.{a.__name__}"] for a in ALGORITHMS},
+    "env": ["--model.help", "rl_lightning.PPO", "--model.env.help"],
+    **{
+        f"callback:{c.__name__}": ["--trainer.callbacks.help", f"rl_lightning.callbacks.{c.__name__}"]
+        for c in CALLBACKS
+    },
+}
+RENDER = """
+import contextlib, io, json, sys
+from rl_lightning.cli import main
+screens = {}
+for key, args in json.loads(sys.argv[1]).items():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(["fit", *args])
+    screens[key] = out.getvalue()
+print(json.dumps(screens))
+"""
+
+
+@pytest.fixture(scope="module")
+def screens() -> dict[str, str]:
     out = subprocess.run(
-        [sys.executable, "-m", "rl_lightning.cli", "fit", *args],
+        [sys.executable, "-c", RENDER, json.dumps(SCREENS)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def help_entries(screen: str) -> dict[str, str]:
+    """``{option: description}`` from a help screen, the ``(type: ..., default: ...)`` part removed."""
     entries: dict[str, str] = {}
     option = None
-    for line in out.stdout.split("Help for", 1)[-1].splitlines():
+    for line in screen.split("Help for", 1)[-1].splitlines():
         match = re.match(r"^  (--[\w.]+)(?: [A-Z_{},.\[\]a-z]+)?(?:\s{2,}(.*))?$", line)
         if match:
             option = match.group(1)
@@ -61,17 +90,17 @@ def test_algorithms_are_found():
 
 
 @pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda a: a.__name__)
-def test_model_help_describes_every_hyperparameter(algo):
-    entries = help_entries("--model.help", f"rl_lightning.{algo.__name__}")
+def test_model_help_describes_every_hyperparameter(algo, screens):
+    entries = help_entries(screens[f"model:{algo.__name__}"])
     assert_documented(entries, "--model", init_args(algo))
 
 
-def test_env_help_describes_every_field():
-    entries = help_entries("--model.help", "rl_lightning.PPO", "--model.env.help")
+def test_env_help_describes_every_field(screens):
+    entries = help_entries(screens["env"])
     assert_documented(entries, "--model.env", list(EnvConfig.__dataclass_fields__))
 
 
-@pytest.mark.parametrize("callback", [RecordEpisodes, RLProgressBar], ids=lambda c: c.__name__)
-def test_callback_help_describes_every_argument(callback):
-    entries = help_entries("--trainer.callbacks.help", f"rl_lightning.callbacks.{callback.__name__}")
+@pytest.mark.parametrize("callback", CALLBACKS, ids=lambda c: c.__name__)
+def test_callback_help_describes_every_argument(callback, screens):
+    entries = help_entries(screens[f"callback:{callback.__name__}"])
     assert_documented(entries, "--trainer.callbacks", init_args(callback))

@@ -20,7 +20,8 @@ def test_bar_counts_env_steps_and_shows_returns(capsys):
         eval_episodes=2,
     )
     bar = RLProgressBar(refresh_seconds=0.0)  # redraw at every training step
-    quick_trainer(enable_progress_bar=True, log_every_n_steps=1, callbacks=[bar]).fit(model)
+    trainer = quick_trainer(enable_progress_bar=True, log_every_n_steps=1, callbacks=[bar])
+    trainer.fit(model)
     states = [s.strip() for s in capsys.readouterr().out.split("\r") if "env steps" in s]
     assert states[0].startswith("PPO CartPole-v1   0%") and "0/2,048 env steps" in states[0]
     assert "256/2,048 env steps" in states[1] and "return=" in states[1] and "eval=" not in states[1]
@@ -29,6 +30,8 @@ def test_bar_counts_env_steps_and_shows_returns(capsys):
         r"100%\|█+\| 2,048/2,048 env steps \[[\d:]+<00:00, [\d,]+ steps/s, return=[\d.]+, eval=[\d.]+\]", final
     ), final
     assert "Validation" not in "".join(states)  # evaluations inside fit draw no bar of their own
+    trainer.validate(model)  # alone, validation keeps Lightning's bar
+    assert "Validation DataLoader 0: 100%" in capsys.readouterr().out
 
 
 def test_cli_shows_it_by_default(tmp_path):

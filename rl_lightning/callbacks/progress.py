@@ -47,7 +47,7 @@ class RLProgressBar(TQDMProgressBar):
         process_position: Offset of the bar in lines, for several bars at once.
     """
 
-    BAR_FORMAT = (
+    ENV_STEP_BAR_FORMAT = (
         "{desc} {percentage:3.0f}%|{bar}| {steps}/{budget} env steps [{elapsed}<{remaining}, "
         "{steps_per_second} steps/s{postfix}]"
     )
@@ -68,7 +68,7 @@ class RLProgressBar(TQDMProgressBar):
             smoothing=0,  # the average rate of the run, so the remaining time is right
             mininterval=self.refresh_seconds,
             file=sys.stdout,  # as Lightning's bars
-            bar_format=self.BAR_FORMAT,
+            bar_format=self.ENV_STEP_BAR_FORMAT,
         )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
