@@ -3,12 +3,17 @@
     rl-lightning fit --config configs/ppo/cartpole.yaml
     rl-lightning fit --config configs/ppo/cartpole.yaml --model.learning_rate 3e-4 --seed_everything 1
     rl-lightning validate --config configs/ppo/cartpole.yaml --ckpt_path runs/.../checkpoints/last.ckpt
+    rl-lightning fit --config configs/ppo/cartpole.yaml --config configs/trainer/bf16.yaml   # + a preset
 
 Defaults differ from Lightning's where RL needs it: no epoch limit (the module stops at its env-step
 budget), a TensorBoard logger under ``runs/``, checkpoints of the best evaluation return
 (``best-epoch*.ckpt``) and of the latest state (``last.ckpt``), no sanity validation, logging
 every 10 training steps, and a progress bar in env steps (``RLProgressBar``; off with
 ``--trainer.enable_progress_bar false``).
+
+Beyond Lightning's own options: ``compile: true`` (``--compile true``) compiles the networks with
+``torch.compile`` (the ``CompileNetworks`` callback). ``precision: 16-mixed`` on CPU is refused
+with a message: Lightning would run bfloat16 instead of the float16 asked for.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
+from rl_lightning.callbacks.compile import CompileNetworks
 from rl_lightning.errors import ConfigError
 
 
@@ -41,8 +48,38 @@ class RLCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
+        parser.add_argument(
+            "--compile", type=bool, default=False, help="torch.compile the networks (the CompileNetworks callback)."
+        )
 
     def before_instantiate_classes(self) -> None:
+        self._check_precision()
+        self._continue_run()
+
+    def _check_precision(self) -> None:
+        trainer = self._get(self.config, "trainer")
+        precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
+        on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+        if precision in ("16", "16-mixed") and on_cpu:
+            raise ConfigError(
+                f"precision={precision!r} (float16 mixed precision) is not supported on CPU, and Lightning would "
+                "silently run bfloat16 instead. On CPU use --trainer.precision bf16-mixed "
+                "(configs/trainer/bf16.yaml); keep 16-mixed for CUDA GPUs (with --trainer.accelerator gpu)."
+            )
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        # The env-step progress bar by default. Not through trainer_defaults' callbacks: a config listing
+        # its own callbacks would drop it, and --trainer.enable_progress_bar false would then be an error.
+        config = self._get(self.config_init, "trainer", default={})
+        callbacks = list(kwargs.get("callbacks", config.get("callbacks")) or [])
+        if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, RLProgressBar()]
+        trainer = super().instantiate_trainer(**kwargs)
+        if self._get(self.config_init, "compile", default=False):
+            trainer.callbacks.append(CompileNetworks())
+        return trainer
+
+    def _continue_run(self) -> None:
         """``fit --ckpt_path last`` (or a path inside a run) continues that run: the checkpoint is
         looked up in the latest run directory and the logger writes to the same version, so the
         TensorBoard curves simply continue."""
@@ -62,15 +99,6 @@ class RLCLI(LightningCLI):
         version = _version(Path(ckpt_path))
         if version is not None and logger.init_args.get("version") is None:
             logger.init_args.version = version
-
-    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        # The env-step progress bar by default. Not through trainer_defaults' callbacks: a config listing
-        # its own callbacks would drop it, and --trainer.enable_progress_bar false would then be an error.
-        config = self._get(self.config_init, "trainer", default={})
-        callbacks = list(kwargs.get("callbacks", config.get("callbacks")) or [])
-        if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
-            kwargs["callbacks"] = [*callbacks, RLProgressBar()]
-        return super().instantiate_trainer(**kwargs)
 
 
 def _version(path: Path) -> int | None:
@@ -110,6 +138,10 @@ def main(args: list[str] | None = None) -> None:
             raise
         print(f"rl-lightning: error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        # Under DDP, a process group left open can abort the process at interpreter exit (SIGABRT).
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ CASES = [
     (["--model.gamma", "abc"], "gamma"),  # wrong type
     (["--trainer.max_epochs", "many"], "max_epochs"),
     (["--ckpt_path", "last"], "--ckpt_path last: no .*last.ckpt to resume from"),
+    (["--model.env.env_id", "Taxi-v4", "--model.env.backend", "torch"], "no torch implementation of 'Taxi"),
 ]
 
 

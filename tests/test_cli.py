@@ -9,7 +9,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*/*.yaml"))
+CONFIGS = sorted(c for c in (ROOT / "configs").glob("*/*.yaml") if c.parent.name != "trainer")
+PRESETS = sorted((ROOT / "configs/trainer").glob("*.yaml"))
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -89,3 +90,46 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path):
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+PRESET_LINES = {
+    "gpu": "accelerator: gpu",
+    "ddp": "strategy: ddp",
+    "bf16": "precision: bf16-mixed",
+    "compile": "compile: true",
+    "docker": "save_dir: /workspace/logs",
+}
+
+
+def test_trainer_presets_compose_with_an_algorithm_config(tmp_path):
+    presets = [arg for p in PRESETS for arg in ("--config", str(p))]
+    out = cli("fit", "--config", str(ROOT / "configs/ppo/cartpole.yaml"), *presets, "--print_config", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert {p.stem for p in PRESETS} == set(PRESET_LINES)
+    for line in PRESET_LINES.values():
+        assert line in out.stdout
+    assert "class_path: rl_lightning.PPO" in out.stdout and "num_steps: 32" in out.stdout
+
+
+def test_bf16_preset_runs_on_cpu(tmp_path):
+    out = cli(
+        "fit",
+        *("--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--config", str(ROOT / "configs/trainer/bf16.yaml")),
+        *("--model.total_env_steps", "512", "--model.env_steps_per_epoch", "256", "--model.eval_episodes", "1"),
+        *("--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"),
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "bfloat16 Automatic Mixed Precision" in out.stdout + out.stderr
+
+
+def test_16_mixed_on_cpu_is_refused_with_a_clear_message(tmp_path):
+    out = cli(
+        "fit",
+        *("--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--trainer.accelerator", "cpu"),
+        *("--trainer.precision", "16-mixed"),
+        cwd=tmp_path,
+    )
+    assert out.returncode != 0
+    assert "precision='16-mixed'" in out.stderr and "not supported on CPU" in out.stderr
+    assert "bf16-mixed" in out.stderr

@@ -10,6 +10,10 @@
 - Evaluation is Lightning's validation (and test) loop: deterministic episodes on a separate env with
   fixed seeds, split across ranks, averaged with torchmetrics, logged as ``val/episode_return``.
 - Logging: once per training step (one rollout or collection phase), x-axis = env steps.
+- Scale: under DDP every rank steps its own envs (distinct seeds, its own exploration noise); logged
+  training metrics are means over ranks and episode statistics cover all ranks' episodes; see
+  ``docs/architecture.md`` ("Distributed, precision, compile"). ``compile_networks`` is what the
+  ``CompileNetworks`` callback (``compile: true``) calls.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
 from torch.utils.data import DataLoader
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, Metric
 
 from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.envs.make import EnvConfig, check_env_id, episode_stats, make_vector_env
@@ -44,6 +50,11 @@ class RLModule(L.LightningModule):
     ``build_networks``, ``batches_per_epoch``, ``generate_batches`` and ``training_step``, and expose
     ``forward(obs, deterministic=True) -> actions`` for acting.
 
+    An algorithm whose ``training_step`` runs several backward passes that each reach only some of
+    its parameters (actor and critic updated separately: SAC, TD3, DDPG) sets
+    ``ddp_find_unused_parameters = True``; under DDP the base then asks for it, so ``strategy=ddp``
+    works unchanged (without it DDP waits for gradients that never come, and fails).
+
     Args:
         env: Which environment to train and evaluate on (see ``EnvConfig``).
         total_env_steps: Training budget in environment steps, summed over all ranks.
@@ -53,6 +64,7 @@ class RLModule(L.LightningModule):
     """
 
     action_spaces: tuple[type[gym.Space], ...] = ()
+    ddp_find_unused_parameters: bool = False
 
     def __init__(
         self,
@@ -87,13 +99,32 @@ class RLModule(L.LightningModule):
         check_env_id(self.env_config.env_id)
         if stage == "fit":
             if self.env_config.seed is None:
-                # Drawn from torch's RNG, so seed_everything makes the envs reproducible too.
-                self.env_config.seed = int(torch.randint(0, 2**31 - 1, ()).item())
-            self.envs = make_vector_env(self.env_config)
+                # Drawn from torch's RNG, so seed_everything makes the envs reproducible too. Rank 0's
+                # draw for all ranks: rank offsets (rank_seed) keep env seeds distinct, eval seeds agree.
+                seed = int(torch.randint(0, 2**31 - 1, ()).item())
+                self.env_config.seed = int(self.trainer.strategy.broadcast(seed, src=0))
+            # The device is final here (Lightning calls setup after choosing it, before moving the
+            # module there): a torch-backend env is built on it, so rollouts never leave it.
+            self.envs = make_vector_env(self.env_config, device=self.trainer.strategy.root_device)
             spaces = (self.envs.single_observation_space, self.envs.single_action_space)
         else:
             spaces = self._probe_spaces()
         self._build_once(*spaces)
+        if stage == "fit" and self.trainer.world_size > 1:
+            self._setup_distributed()
+
+    def _setup_distributed(self) -> None:
+        # seed_everything gives every rank the same RNG state, hence the same exploration noise (action
+        # sampling, epsilon draws) on all ranks. Reseed per rank once the networks exist; DDP then
+        # broadcasts rank 0's initial weights, so the ranks still start from one model.
+        seed = self.rank_seed
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        strategy = self.trainer.strategy
+        if self.ddp_find_unused_parameters and isinstance(strategy, DDPStrategy):
+            # Lightning keeps the DDP constructor's kwargs here until it wraps the module (after setup).
+            strategy._ddp_kwargs.setdefault("find_unused_parameters", True)
 
     def _probe_spaces(self) -> tuple[gym.Space, gym.Space]:
         envs = make_vector_env(self.env_config, num_envs=1)
@@ -124,6 +155,21 @@ class RLModule(L.LightningModule):
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         raise NotImplementedError
 
+    def compile_networks(self, **compile_kwargs: Any) -> None:
+        """``torch.compile`` the networks, in place (parameter names and checkpoints unchanged).
+
+        Called by the ``CompileNetworks`` callback at the start of ``fit``. The default compiles every
+        network attribute of the module through its ``compile`` method; ``nn.Module.compile`` covers
+        ``forward`` only, so a network used through other methods overrides ``compile`` to cover them
+        (``ActorCritic`` does: ``act``, ``value``, ``evaluate``, ``forward``).
+        """
+        if getattr(self, "_networks_compiled", False):  # a second fit with the same module
+            return
+        for child in self.children():
+            if not isinstance(child, Metric):
+                child.compile(**compile_kwargs)
+        self._networks_compiled = True
+
     def teardown(self, stage: str) -> None:
         if self.envs is not None:
             self.envs.close()
@@ -149,8 +195,19 @@ class RLModule(L.LightningModule):
         return DataLoader(dataset, batch_size=None, num_workers=0)
 
     def _collecting(self) -> Iterator[Any]:
-        with self._naming_env_faults("Experience collection"):
-            yield from self.generate_batches()
+        """``generate_batches`` under the same autocast as the training step (``*-mixed`` precision):
+        collection's log-probs and values then come from the same arithmetic as the loss's, so PPO's
+        ratio starts at 1 instead of at bfloat16 rounding noise; and acting is as fast as training.
+        Entered per batch, never held across a ``yield`` (Lightning's loop runs in between)."""
+        plugin = self.trainer.precision_plugin
+        context = plugin.forward_context if isinstance(plugin, MixedPrecision) else contextlib.nullcontext
+        batches = self.generate_batches()
+        while True:
+            with self._naming_env_faults("Experience collection"), context():
+                batch = next(batches, None)
+            if batch is None:
+                return
+            yield batch
 
     @contextlib.contextmanager
     def _naming_env_faults(self, what: str) -> Iterator[None]:
@@ -206,17 +263,34 @@ class RLModule(L.LightningModule):
             now - self._last_time, 1e-9
         )
         self._last_time, self._last_env_steps = now, self.env_steps
-        metrics["time/env_steps"] = float(self.env_steps)
         returns, lengths = self.collector.pop_episode_stats()
-        if len(returns):
-            metrics["rollout/episode_return"] = float(returns.mean())
-            metrics["rollout/episode_length"] = float(lengths.mean())
+        episodes = [float(returns.sum()), float(lengths.sum()), float(len(returns))]
+        if self.trainer.world_size > 1:
+            metrics, episodes = self._reduce_over_ranks(metrics, episodes)
+        if episodes[2] > 0:
+            metrics["rollout/episode_return"] = episodes[0] / episodes[2]
+            metrics["rollout/episode_length"] = episodes[1] / episodes[2]
+        # Identical on every rank by construction (global counter), so outside the reduction.
+        metrics["time/env_steps"] = float(self.env_steps)
         metrics["step"] = float(self.env_steps)  # Lightning uses a metric named "step" as the x-axis
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
         progress = {"env_steps": float(self.env_steps), "steps/s": metrics["time/env_steps_per_second"]}
-        if len(returns):
+        if episodes[2] > 0:
             progress["return"] = metrics["rollout/episode_return"]
         self.log_dict(progress, prog_bar=True, logger=False, batch_size=1)
+
+    def _reduce_over_ranks(
+        self, metrics: dict[str, Tensor | float], episodes: list[float]
+    ) -> tuple[dict[str, Tensor | float], list[float]]:
+        """One all-reduce for a whole log step (every rank logs on the same steps): training metrics
+        become means over ranks; episode sums and counts become totals, so the logged episode return
+        is the mean over all ranks' episodes, weighted by episode rather than by rank."""
+        keys = list(metrics)
+        local = [torch.as_tensor(metrics[k], dtype=torch.float32, device=self.device).reshape(()) for k in keys]
+        local.append(torch.tensor(episodes, dtype=torch.float32, device=self.device))
+        total = self.trainer.strategy.reduce(torch.cat([t.reshape(-1) for t in local]), reduce_op="sum")
+        means = total[: len(keys)] / self.trainer.world_size
+        return dict(zip(keys, means.unbind(), strict=True)), total[len(keys) :].tolist()
 
     # ------------------------------------------------------------------------------- evaluation
     def val_dataloader(self) -> DataLoader:
@@ -247,15 +321,19 @@ class RLModule(L.LightningModule):
         self.log(f"{prefix}/episode_return", self.eval_return, prog_bar=True, batch_size=max(len(seeds), 1))
         self.log(f"{prefix}/episode_length", self.eval_length, batch_size=max(len(seeds), 1))
         if prefix == "val" and not self.trainer.sanity_checking:
-            self.log("step", float(self.env_steps), batch_size=1)
+            # Same value on every rank; sync_dist only silences Lightning's epoch-level DDP warning.
+            self.log("step", float(self.env_steps), batch_size=1, sync_dist=True)
 
     def make_eval_env(self, num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
-        """The env evaluation episodes are played in (also by the ``RecordEpisodes`` video callback)."""
-        return make_vector_env(self.env_config, num_envs=num_envs, render_mode=render_mode)
+        """The env evaluation episodes are played in (also by the ``RecordEpisodes`` video callback):
+        gymnasium's env (also when training on the torch backend) without training-only wrappers
+        (Atari: true game scores)."""
+        config = dataclasses.replace(self.env_config, backend="gymnasium")
+        return make_vector_env(config, num_envs=num_envs, render_mode=render_mode, training=False)
 
     @torch.no_grad()
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Play one deterministic episode per seed, all at once in a vector env."""
+        """Play one deterministic episode per seed, all at once in a vector env (``make_eval_env``)."""
         envs = self.make_eval_env(len(seeds))
         try:
             obs, _ = envs.reset(seed=seeds)

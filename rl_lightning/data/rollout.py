@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning.envs.make import episode_stats
+from rl_lightning.envs.torch import TorchVectorEnv
 
 
 class RolloutBatch(NamedTuple):
@@ -69,33 +70,50 @@ class RolloutCollector:
     """Steps a vector env with a policy for ``num_steps``; keeps the env's current observation
     between rollouts.
 
-    Observations, actions, log-probs and values live on ``device`` (one host-to-device copy of the
-    observation per vector step); rewards and done flags stay in host numpy arrays and cross to the
-    device once per rollout.
+    Observations, actions, log-probs and values live on ``device``. With a gymnasium env: one
+    host-to-device copy of the observation per vector step; rewards and done flags stay in host
+    numpy arrays and cross to the device once per rollout. With a torch env (``env.backend:
+    torch``) everything stays on the device: tensors pass straight between the policy and the env,
+    and the two steps that need a host sync (bootstrapping truncated episodes, gathering episode
+    statistics) run once per rollout instead of once per step.
     """
 
     def __init__(self, envs: gym.vector.VectorEnv, num_steps: int, device: torch.device, seed: int) -> None:
         self.envs = envs
         self.num_steps = num_steps
         self.device = device
+        self.on_device = isinstance(envs, TorchVectorEnv)
         n, obs_space, act_space = envs.num_envs, envs.single_observation_space, envs.single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.obs = torch.zeros((num_steps, n, *obs_space.shape), dtype=obs_dtype, device=device)
         if isinstance(act_space, gym.spaces.Discrete):
             self.actions = torch.zeros((num_steps, n), dtype=torch.long, device=device)
-            self._to_env = lambda a: a.cpu().numpy()
+            self._to_env = (lambda a: a) if self.on_device else (lambda a: a.cpu().numpy())
         else:
             self.actions = torch.zeros((num_steps, n, *act_space.shape), dtype=torch.float32, device=device)
             low, high = act_space.low, act_space.high
             # The policy's Gaussian is unbounded; the env gets the action clipped to its bounds,
             # the buffer keeps the sampled one so its log-prob stays exact.
-            self._to_env = lambda a: np.clip(a.cpu().numpy(), low, high)
+            if self.on_device:
+                low_t, high_t = torch.as_tensor(low, device=device), torch.as_tensor(high, device=device)
+                self._to_env = lambda a: torch.clamp(a, low_t, high_t)
+            else:
+                self._to_env = lambda a: np.clip(a.cpu().numpy(), low, high)
         self.logprobs = torch.zeros((num_steps, n), device=device)
         self.values = torch.zeros((num_steps, n), device=device)
         self.final_values = torch.zeros((num_steps, n), device=device)
-        self.rewards = np.zeros((num_steps, n), dtype=np.float32)
-        self.terminated = np.zeros((num_steps, n), dtype=bool)
-        self.truncated = np.zeros((num_steps, n), dtype=bool)
+        if self.on_device:
+            self.rewards = torch.zeros((num_steps, n), device=device)
+            self.terminated = torch.zeros((num_steps, n), dtype=torch.bool, device=device)
+            self.truncated = torch.zeros((num_steps, n), dtype=torch.bool, device=device)
+            self.final_obs = torch.zeros_like(self.obs)  # the observation before any autoreset
+            self.ended = torch.zeros((num_steps, n), dtype=torch.bool, device=device)
+            self.ended_returns = torch.zeros((num_steps, n), device=device)
+            self.ended_lengths = torch.zeros((num_steps, n), dtype=torch.int32, device=device)
+        else:
+            self.rewards = np.zeros((num_steps, n), dtype=np.float32)
+            self.terminated = np.zeros((num_steps, n), dtype=bool)
+            self.truncated = np.zeros((num_steps, n), dtype=bool)
         self.episode_returns: list[np.ndarray] = []
         self.episode_lengths: list[np.ndarray] = []
         obs, _ = envs.reset(seed=seed)
@@ -120,6 +138,11 @@ class RolloutCollector:
             self.rewards[t] = rewards
             self.terminated[t] = terminated
             self.truncated[t] = truncated
+            if self.on_device:
+                # Torch envs return these on every step; masked out (and bootstrapped) after the loop.
+                self.final_obs[t] = infos["final_obs"]
+                self.ended[t], self.ended_returns[t], self.ended_lengths[t] = episode_stats(infos)
+                continue
             if truncated.any():
                 # Bootstrap a time-limit cut from V(final observation): the episode did not end.
                 idx = np.flatnonzero(truncated)
@@ -130,6 +153,8 @@ class RolloutCollector:
                 self.episode_returns.append(ep_returns[ended])
                 self.episode_lengths.append(ep_lengths[ended])
 
+        if self.on_device:
+            self._finish_on_device(policy)
         truncated_t = torch.as_tensor(self.truncated, device=self.device)
         next_values = torch.cat([self.values[1:], policy.value(self.next_obs).unsqueeze(0)])
         next_values = torch.where(truncated_t, self.final_values, next_values)
@@ -151,6 +176,14 @@ class RolloutCollector:
             advantages=advantages.flatten(0, 1),
             returns=returns.flatten(0, 1),
         )
+
+    def _finish_on_device(self, policy: Policy) -> None:
+        """Once per rollout: V(final observation) of the truncated steps, and the ended episodes'
+        statistics to the host (the rollout's only two device syncs)."""
+        truncated = self.truncated.nonzero(as_tuple=True)
+        self.final_values[truncated] = policy.value(self.final_obs[truncated])
+        self.episode_returns.append(self.ended_returns[self.ended].cpu().numpy())
+        self.episode_lengths.append(self.ended_lengths[self.ended].cpu().numpy())
 
     def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
         """Returns and lengths of the episodes finished since the last call."""

@@ -8,18 +8,28 @@ a rollout) and gives the observation needed to bootstrap a truncated episode.
 Episode statistics come from gymnasium's own ``RecordEpisodeStatistics``, wrapped around each
 sub-env innermost, so returns are the env's true returns whatever the later wrappers (reward
 clipping, episodic life) do; they arrive in ``info["final_info"]["episode"]``.
+
+With ``backend="torch"`` the env is one of ``rl_lightning.envs.torch``'s batched, pure-torch
+ports of the classic-control envs instead: same API and info keys, tensors on a device.
+
+Atari ids (registered by ale-py, the ``atari`` extra) get the standard preprocessing of
+``rl_lightning.envs.atari``; its training-only wrappers (episodic life, reward clipping) are left out
+when ``training=False`` (evaluation).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
-import numpy as np
+import torch
 
+from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
+from rl_lightning.envs.torch import make_torch_env
 from rl_lightning.errors import ConfigError
 
 
@@ -34,7 +44,14 @@ class EnvConfig:
             ``rank * num_envs``). ``None`` draws it from torch's RNG, so ``seed_everything`` fixes it.
         vectorization: ``sync`` steps the sub-envs in this process (fastest for cheap envs such as
             classic control); ``async`` gives each its own process (for expensive envs).
-        env_kwargs: Extra keyword arguments for ``gymnasium.make``.
+        env_kwargs: Extra keyword arguments for ``gymnasium.make`` (the torch envs take the same ones).
+        backend: ``gymnasium`` builds gymnasium's envs in a vector env (any registered id);
+            ``torch`` builds the batched pure-torch implementation (``rl_lightning.envs.torch``:
+            CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0) on the
+            module's device, so whole rollouts stay there (``vectorization`` is then ignored).
+            Evaluation always plays gymnasium's env.
+
+    Atari ids (``ALE/Pong-v5``, ...) are preprocessed automatically (``rl_lightning.envs.atari``).
     """
 
     env_id: str = "CartPole-v1"
@@ -42,12 +59,18 @@ class EnvConfig:
     seed: int | None = None
     vectorization: Literal["sync", "async"] = "sync"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    backend: Literal["gymnasium", "torch"] = "gymnasium"
 
 
 def check_env_id(env_id: str) -> None:
     """Fail at once, with close matches, on an id gymnasium does not know."""
     if env_id in gym.envs.registry:
         return
+    has_ale = register_ale()  # ale-py's ids exist only once it is imported
+    if env_id in gym.envs.registry:
+        return
+    if env_id.startswith("ALE/") and not has_ale:
+        raise ConfigError(f"{env_id!r} needs ale-py: pip install 'rl-lightning[atari]'.")
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=5, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ConfigError(
@@ -56,7 +79,10 @@ def check_env_id(env_id: str) -> None:
     )
 
 
-def _env_factory(config: EnvConfig, render_mode: str | None) -> Callable[[], gym.Env]:
+def _env_factory(config: EnvConfig, render_mode: str | None, training: bool) -> Callable[[], gym.Env]:
+    if is_atari(config.env_id):
+        return functools.partial(make_atari_env, config.env_id, config.env_kwargs, render_mode, training)
+
     def make() -> gym.Env:
         # render_mode only when asked: custom envs need not accept it.
         kwargs = config.env_kwargs if render_mode is None else {**config.env_kwargs, "render_mode": render_mode}
@@ -70,23 +96,34 @@ def make_vector_env(
     config: EnvConfig,
     num_envs: int | None = None,
     render_mode: str | None = None,
+    device: torch.device | str = "cpu",
+    training: bool = True,
 ) -> gym.vector.VectorEnv:
     """Build ``num_envs`` (default ``config.num_envs``) copies of ``config.env_id``, unseeded.
 
     Seeding happens at the first ``reset(seed=...)``, done by the caller who knows its rank.
+    ``device`` places a torch-backend env (gymnasium envs live on the host). ``training=False``
+    (evaluation) leaves out training-only wrappers (Atari: episodic life, reward clipping), so returns
+    are the true game scores.
     """
     check_env_id(config.env_id)
     n = config.num_envs if num_envs is None else num_envs
-    fns = [_env_factory(config, render_mode) for _ in range(n)]
+    if config.backend == "torch":
+        if render_mode is not None:
+            raise ConfigError("The torch backend does not render; use env.backend=gymnasium to record videos.")
+        return make_torch_env(config.env_id, n, device=device, **config.env_kwargs)
+    fns = [_env_factory(config, render_mode, training) for _ in range(n)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     if config.vectorization == "async":
         return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
 
-def episode_stats(infos: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def episode_stats(infos: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """``(ended, returns, lengths)`` over all sub-envs for the episodes that ended in this vector
-    step (``ended`` is the mask of valid entries), or None when none ended."""
+    step (``ended`` is the mask of valid entries), or None when none ended: numpy arrays from
+    gymnasium envs; tensors from torch envs, which always return them (all-False ``ended`` when no
+    episode ended), so that no step has to sync with the device."""
     final = infos.get("final_info")
     if not final or "episode" not in final:
         return None

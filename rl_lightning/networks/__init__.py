@@ -1,4 +1,15 @@
 from rl_lightning.networks.mlp import layer_init, mlp
 from rl_lightning.networks.policies import ActorCritic, CategoricalHead, DiagGaussianHead
+from rl_lightning.networks.q_networks import NatureCNN, QNetwork
+from rl_lightning.networks.utils import polyak_update
 
-__all__ = ["ActorCritic", "CategoricalHead", "DiagGaussianHead", "layer_init", "mlp"]
+__all__ = [
+    "ActorCritic",
+    "CategoricalHead",
+    "DiagGaussianHead",
+    "NatureCNN",
+    "QNetwork",
+    "layer_init",
+    "mlp",
+    "polyak_update",
+]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
 
@@ -19,6 +20,22 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -
     return layer
 
 
+class Float32Linear(nn.Linear):
+    """A linear layer computed in float32 even under autocast (mixed precision): for output layers.
+
+    Values, Q-values and logits are where bfloat16's 8-bit mantissa hurts: it rounds a return of 50 to
+    a multiple of 0.25 and one of 500 to a multiple of 2, and a near-deterministic policy's logits
+    enough to move its log-probabilities by ~0.01. The hidden layers keep running in low precision.
+    Same parameters as ``nn.Linear`` (checkpoints are interchangeable).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                return super().forward(x.float())
+        return super().forward(x)
+
+
 def mlp(
     in_dim: int,
     hidden_sizes: list[int] | tuple[int, ...],
@@ -29,6 +46,7 @@ def mlp(
     """``in_dim -> hidden... -> out_dim``; hidden layers get gain sqrt(2), the output ``out_std``.
 
     With ``out_dim=None`` the network ends with the last hidden activation (a feature extractor).
+    The output layer computes in float32 under mixed precision (``Float32Linear``).
     """
     if activation not in ACTIVATIONS:
         raise ConfigError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
@@ -38,5 +56,5 @@ def mlp(
         layers += [layer_init(nn.Linear(dim, size)), ACTIVATIONS[activation]()]
         dim = size
     if out_dim is not None:
-        layers.append(layer_init(nn.Linear(dim, out_dim), std=out_std))
+        layers.append(layer_init(Float32Linear(dim, out_dim), std=out_std))
     return nn.Sequential(*layers)

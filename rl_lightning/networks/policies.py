@@ -4,6 +4,10 @@ The heads do their own sampling and log-probabilities instead of building ``torc
 objects: on the tiny networks of classic control, constructing a distribution costs as much as the
 network forward (~25-37 us a call, measured in ../shared/STACK_NOTES.md), and collection calls it
 once per vector step.
+
+Under mixed precision the heads' linear layers, log-probabilities and entropies are computed in
+float32 (CPU autocast would even leave ``log_softmax`` in bfloat16): PPO's ratio
+``exp(logp_new - logp_old)`` is sensitive to differences bfloat16's ~3 significant digits cannot hold.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.mlp import layer_init, mlp
+from rl_lightning.networks.mlp import Float32Linear, layer_init, mlp
 
 
 class CategoricalHead(nn.Module):
@@ -24,7 +28,7 @@ class CategoricalHead(nn.Module):
 
     def __init__(self, in_dim: int, n: int) -> None:
         super().__init__()
-        self.linear = layer_init(nn.Linear(in_dim, n), std=0.01)
+        self.linear = layer_init(Float32Linear(in_dim, n), std=0.01)
 
     def forward(self, features: Tensor) -> Tensor:
         return self.linear(features)
@@ -41,11 +45,11 @@ class CategoricalHead(nn.Module):
 
     @staticmethod
     def log_prob(logits: Tensor, actions: Tensor) -> Tensor:
-        return logits.log_softmax(-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return logits.float().log_softmax(-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
     @staticmethod
     def entropy(logits: Tensor) -> Tensor:
-        logp = logits.log_softmax(-1)
+        logp = logits.float().log_softmax(-1)
         return -(logp.exp() * logp).sum(-1)
 
 
@@ -55,7 +59,7 @@ class DiagGaussianHead(nn.Module):
 
     def __init__(self, in_dim: int, action_dim: int, log_std_init: float = 0.0) -> None:
         super().__init__()
-        self.linear = layer_init(nn.Linear(in_dim, action_dim), std=0.01)
+        self.linear = layer_init(Float32Linear(in_dim, action_dim), std=0.01)
         self.log_std = nn.Parameter(torch.full((action_dim,), log_std_init))
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
@@ -73,14 +77,14 @@ class DiagGaussianHead(nn.Module):
 
     @staticmethod
     def log_prob(params: tuple[Tensor, Tensor], actions: Tensor) -> Tensor:
-        mean, log_std = params
+        mean, log_std = params[0].float(), params[1].float()
         z = (actions - mean) * (-log_std).exp()
         return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     @staticmethod
     def entropy(params: tuple[Tensor, Tensor]) -> Tensor:
         _, log_std = params
-        return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+        return (log_std.float() + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
 
 
 def flat_obs_dim(space: gym.Space) -> int:
@@ -142,3 +146,10 @@ class ActorCritic(nn.Module):
         """Actions for acting (evaluation, deployment): the mode, or a sample."""
         params = self.head(self.actor_body(self._flat(obs)))
         return self.head.mode(params) if deterministic else self.head.sample(params)
+
+    def compile(self, *args, **kwargs) -> None:
+        """``torch.compile`` every entry point in place: ``act`` (collection), ``evaluate`` (the loss),
+        ``value`` and ``forward``. ``nn.Module.compile`` alone would cover ``forward`` only.
+        Parameter names, and so checkpoints, do not change."""
+        for name in ("act", "evaluate", "value", "forward"):
+            setattr(self, name, torch.compile(getattr(self, name), *args, **kwargs))

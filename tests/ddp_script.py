@@ -1,0 +1,238 @@
+"""A short DDP fit that checks itself on every rank; run by tests/test_ddp.py in a subprocess.
+
+Not a test file (pytest does not collect it): a DDP hang must not wedge pytest, so the test launches
+this script under ``timeout -s KILL``. Lightning's DDP launcher re-runs this same command line for
+every other local rank; under ``torchrun`` (``--num-nodes 2``) torchrun starts the ranks instead.
+
+Checked on every rank, as the run goes (a failed check exits non-zero):
+- gradients identical on all ranks before every optimizer step (DDP all-reduced each
+  ``manual_backward``), parameters identical after every training step;
+- env steps: each rank's own steps summed over ranks equal the module's global counter;
+- logged episode returns equal the mean over all ranks' episodes of that step;
+- evaluation: the ranks play disjoint seeds covering all episodes, and the logged mean equals the mean
+  over all episodes (not the mean of per-rank means);
+- checkpoints are written by rank 0 only.
+Rank 0 writes what it saw to ``<out>/result.json``; the test asserts on it.
+
+Adding an algorithm to the DDP tests is one entry in ``ALGOS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout, whatever is installed
+
+import lightning as L  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO  # noqa: E402
+from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+from lightning.pytorch.loggers import Logger  # noqa: E402
+from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
+
+from rl_lightning import PPO, EnvConfig, RLModule  # noqa: E402
+from rl_lightning.envs.make import episode_stats  # noqa: E402
+
+
+class PPOTwoLosses(PPO):
+    """PPO whose actor and critic are updated by separate backward passes and optimizers, the way
+    SAC, TD3 and DDPG update theirs: each backward reaches only part of the parameters, which plain
+    DDP cannot handle (``ddp_find_unused_parameters`` makes it work)."""
+
+    ddp_find_unused_parameters = True
+
+    def training_step(self, batch, batch_idx: int) -> None:
+        actor_opt, critic_opt = self.optimizers()
+        agent = self.agent
+        losses = []
+        for opt, loss in (
+            (actor_opt, lambda: -agent.evaluate(batch.obs, batch.actions)[0].float().mul(batch.advantages).mean()),
+            (critic_opt, lambda: (agent.value(batch.obs).float() - batch.returns).pow(2).mean()),
+        ):
+            opt.zero_grad()
+            losses.append(loss())
+            self.manual_backward(losses[-1])
+            opt.step()
+        if self.should_log():
+            self.log_training({"train/policy_loss": losses[0].detach(), "train/value_loss": losses[1].detach()})
+
+    def configure_optimizers(self):
+        actor = [*self.agent.actor_body.parameters(), *self.agent.head.parameters()]
+        return torch.optim.Adam(actor, lr=1e-3), torch.optim.Adam(self.agent.critic.parameters(), lr=1e-3)
+
+
+PPO_ARGS = dict(num_steps=16, num_minibatches=2, update_epochs=2, env_steps_per_epoch=256, eval_episodes=3)
+
+# name -> factory(total_env_steps) of a small model. One rollout is 64 env steps per rank.
+ALGOS: dict[str, Callable[[int], RLModule]] = {
+    "ppo": lambda steps: PPO(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS),
+    "ppo_two_losses": lambda steps: PPOTwoLosses(
+        env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
+    ),
+}
+
+
+def gather(x: torch.Tensor) -> torch.Tensor:
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, x)
+    return torch.stack(out)
+
+
+def flat_params(module: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+class RankChecks(L.Callback):
+    """Cross-rank checks on every optimizer step and training step (all collective: every rank calls)."""
+
+    def __init__(self) -> None:
+        self.grad_checks = self.param_checks = 0
+        self.local_env_steps = 0
+        self.episodes = [0.0, 0.0]  # return sum, count since the last training step
+        self.expected_returns: dict[int, float] = {}  # global env steps -> mean over all ranks' episodes
+        self.first_obs: torch.Tensor | None = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.ddp_find_unused_parameters = trainer.strategy.model.find_unused_parameters
+        envs, step = pl_module.envs, pl_module.envs.step
+
+        def counting_step(actions):
+            out = step(actions)
+            self.local_env_steps += envs.num_envs
+            if (stats := episode_stats(out[4])) is not None:
+                ended, returns, _ = stats
+                self.episodes[0] += float(returns[ended].sum())
+                self.episodes[1] += float(ended.sum())
+            if self.first_obs is None:
+                self.first_obs = torch.as_tensor(out[0], dtype=torch.float32)
+            return out
+
+        envs.step = counting_step
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        grads = torch.cat(
+            [p.grad.reshape(-1) for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        )
+        everyone = gather(grads)
+        for other in everyone[1:]:
+            assert torch.equal(everyone[0], other), "gradients differ across ranks: no DDP all-reduce"
+        self.grad_checks += 1
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        everyone = gather(flat_params(pl_module))
+        for other in everyone[1:]:
+            assert torch.equal(everyone[0], other), f"parameters differ across ranks after step {batch_idx}"
+        self.param_checks += 1
+        total = gather(torch.tensor(self.episodes, dtype=torch.float64)).sum(0)
+        if total[1] > 0:
+            self.expected_returns[pl_module.env_steps] = float(total[0] / total[1])
+        self.episodes = [0.0, 0.0]
+
+
+class MemoryLogger(Logger):
+    """Keeps what Lightning logs (rank 0 only, like every logger)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    name, version = "memory", 0
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.rows.append((int(step), {k: float(v) for k, v in metrics.items()}))
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algo", choices=sorted(ALGOS), default="ppo")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--num-nodes", type=int, default=1)
+    parser.add_argument("--total-env-steps", type=int, default=1024)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    L.seed_everything(0, verbose=False)
+    model = ALGOS[args.algo](args.total_env_steps)
+    evals: list[tuple[list[int], np.ndarray]] = []
+    play = model.play_episodes
+
+    def recording_play(seeds):
+        returns, lengths = play(seeds)
+        evals.append((list(seeds), returns))
+        return returns, lengths
+
+    model.play_episodes = recording_play
+    saves = []
+    save = TorchCheckpointIO.save_checkpoint
+    TorchCheckpointIO.save_checkpoint = lambda io, ckpt, path, **kw: (
+        saves.append(str(path)),
+        save(io, ckpt, path, **kw),
+    )
+    checks, logger = RankChecks(), MemoryLogger()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        strategy=DDPStrategy(process_group_backend="gloo", timeout=timedelta(seconds=60)),
+        max_epochs=-1,
+        logger=logger,
+        log_every_n_steps=1,
+        callbacks=[checks, ModelCheckpoint(dirpath=args.out / "ckpt", save_last=True)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model)
+
+    # Everything below runs on every rank: collectives first, then rank 0 writes the result.
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_steps = gather(torch.tensor(checks.local_env_steps)).tolist()
+    save_counts = gather(torch.tensor(len(saves))).tolist()
+    first_obs = gather(checks.first_obs)
+    last_eval = [None] * world
+    dist.all_gather_object(last_eval, evals[-1] if evals else ([], np.zeros(0)))
+    dist.destroy_process_group()  # else the process sometimes aborts at exit
+    if rank != 0:
+        return
+
+    seeds = [s for seeds, _ in last_eval for s in seeds]
+    returns = np.concatenate([r for _, r in last_eval])
+    result = {
+        "world_size": world,
+        "env_steps": model.env_steps,
+        "local_env_steps": local_steps,
+        "global_step": trainer.global_step,
+        "grad_checks": checks.grad_checks,
+        "param_checks": checks.param_checks,
+        "checkpoint_saves_per_rank": save_counts,
+        "last_ckpt": str(args.out / "ckpt" / "last.ckpt"),
+        "distinct_first_obs": not torch.equal(first_obs[0], first_obs[1]),
+        "eval_seeds_per_rank": [len(s) for s, _ in last_eval],
+        "eval_seeds": sorted(seeds),
+        "eval_mean_all_episodes": float(returns.mean()),
+        "eval_mean_of_rank_means": float(np.mean([r.mean() for _, r in last_eval if len(r)])),
+        "logged_val_return": float(trainer.callback_metrics["val/episode_return"]),
+        "expected_rollout_returns": {str(k): v for k, v in checks.expected_returns.items()},
+        "logged_rollout_returns": {
+            str(step): row["rollout/episode_return"] for step, row in logger.rows if "rollout/episode_return" in row
+        },
+        "logged_env_steps": max(row.get("time/env_steps", 0.0) for _, row in logger.rows),
+        "ddp_find_unused_parameters": checks.ddp_find_unused_parameters,
+    }
+    (args.out / "result.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

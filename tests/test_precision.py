@@ -1,0 +1,87 @@
+"""Mixed precision: autocast covers collection and the training step; output layers, log-probs,
+returns and losses stay float32."""
+
+import lightning as L
+import pytest
+import torch
+
+import rl_lightning.algorithms.ppo as ppo_module
+from rl_lightning import PPO, EnvConfig
+from tests.conftest import quick_trainer
+from tests.test_learning import CARTPOLE_PPO
+
+
+def test_bf16_mixed_autocasts_collection_and_training_but_keeps_log_probs_targets_and_losses_float32(monkeypatch):
+    model = PPO(
+        env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
+        total_env_steps=256,
+        num_steps=16,
+        env_steps_per_epoch=128,
+        eval_episodes=1,
+    )
+    seen = {"batches": 0, "losses": 0}
+    original_batches, original_loss = model.generate_batches, ppo_module.ppo_loss
+
+    def batches():
+        for batch in original_batches():
+            assert torch.is_autocast_enabled("cpu")  # collection runs under the same autocast as training ...
+            assert all(t.dtype in (torch.float32, torch.long) for t in batch)  # ... its outputs are float32
+            seen["batches"] += 1
+            yield batch
+
+    def loss(*args, **kwargs):
+        assert torch.is_autocast_enabled("cpu")  # the training step runs under autocast ...
+        assert all(a.dtype == torch.float32 for a in args if isinstance(a, torch.Tensor))  # ... the loss does not
+        seen["losses"] += 1
+        out = original_loss(*args, **kwargs)
+        assert out.loss.dtype == torch.float32
+        return out
+
+    model.generate_batches = batches
+    monkeypatch.setattr(ppo_module, "ppo_loss", loss)
+    quick_trainer(precision="bf16-mixed").fit(model)
+    assert seen["batches"] == 4 and seen["losses"] == 4 * 4 * 4
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_output_layers_and_log_probs_are_float32_under_autocast():
+    model = PPO(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=64, num_steps=8)
+    model._build_once(*model._probe_spaces())
+    obs, actions = torch.randn(6, 4), torch.randint(0, 2, (6,))
+    with torch.no_grad():
+        model.agent.critic[-1].bias.fill_(50.0)  # a value bfloat16 would round to a multiple of 0.25
+        logp32, _, v32 = model.agent.evaluate(obs, actions)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logp, entropy, values = model.agent.evaluate(obs, actions)
+            hidden = model.agent.actor_body(obs)
+    assert hidden.dtype == torch.bfloat16  # hidden layers do run in low precision
+    assert logp.dtype == entropy.dtype == values.dtype == torch.float32
+    # Only the hidden features' rounding is left: far below bfloat16's 0.25 steps at 50.
+    assert (values - v32).abs().max() < 0.05 and (logp - logp32).abs().max() < 0.01
+
+
+def test_float32_linear_is_a_plain_linear_without_autocast():
+    from rl_lightning.networks.mlp import Float32Linear
+
+    layer, plain = Float32Linear(3, 2), torch.nn.Linear(3, 2)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(layer(x), plain(x), rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x.bfloat16()).dtype == torch.float32 and plain(x).dtype == torch.bfloat16
+
+
+def test_16_mixed_on_cpu_warns_that_it_runs_bf16():
+    # The Python API gets Lightning's own message; the CLI refuses (tests/test_cli.py).
+    with pytest.warns(UserWarning, match=r"precision='16-mixed'.*not supported on CPU.*bf16-mixed"):
+        trainer = quick_trainer(precision="16-mixed")
+    assert trainer.precision == "bf16-mixed"
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole_in_bf16_mixed():
+    L.seed_everything(0)
+    model = PPO(env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=100_000, **CARTPOLE_PPO)
+    trainer = quick_trainer(precision="bf16-mixed")
+    trainer.fit(model)
+    assert float(trainer.callback_metrics["val/episode_return"]) >= 475
