@@ -14,8 +14,6 @@ from tests.test_help import ALGORITHMS
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-# Written by other work in progress; the links are right once it lands.
-PENDING = {ROOT / "docs/benchmarks.md"}
 
 
 def hyperparameter_table(page: Path) -> dict[str, str]:
@@ -50,6 +48,6 @@ def test_relative_links_resolve(doc):
     broken = []
     for target in links(text):
         path = (doc.parent / target.split("#")[0]).resolve()
-        if not path.exists() and path not in PENDING:
+        if not path.exists():
             broken.append(target)
     assert not broken, f"broken links in {doc.name}: {broken}"
