@@ -59,7 +59,8 @@ class RLCLI(LightningCLI):
     def _check_precision(self) -> None:
         trainer = self._get(self.config, "trainer")
         precision, accelerator = str(trainer.get("precision")), str(trainer.get("accelerator"))
-        on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+        gpu_available = torch.cuda.is_available() or torch.backends.mps.is_available()
+        on_cpu = accelerator == "cpu" or (accelerator == "auto" and not gpu_available)
         if precision in ("16", "16-mixed") and on_cpu:
             raise ConfigError(
                 f"precision={precision!r} (float16 mixed precision) is not supported on CPU, and Lightning would "

@@ -71,9 +71,18 @@ class PPOTwoLosses(PPO):
 
 PPO_ARGS = dict(num_steps=16, num_minibatches=2, update_epochs=2, env_steps_per_epoch=256, eval_episodes=3)
 
-# name -> factory(total_env_steps) of a small model. One rollout is 64 env steps per rank.
+# name -> factory(total_env_steps) of a small model; tests/test_ddp.py runs each one. A new entry needs:
+# 1024 env steps reachable exactly with 2 ranks (1536 with 1), eval_episodes=3 (split 2 + 1), and
+# log_training called on every training step (the run logs every step). PPO: 64 env steps per rank a rollout.
 ALGOS: dict[str, Callable[[int], RLModule]] = {
     "ppo": lambda steps: PPO(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS),
+    # target_kl: the early-stop decision uses the KL averaged over ranks, so ranks stop together.
+    "ppo_target_kl": lambda steps: PPO(
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        total_env_steps=steps,
+        **{**PPO_ARGS, "update_epochs": 6, "learning_rate": 0.01},
+        target_kl=0.005,
+    ),
     "ppo_two_losses": lambda steps: PPOTwoLosses(
         env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
     ),

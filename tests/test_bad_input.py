@@ -43,13 +43,27 @@ CASES = [
 ]
 
 
+DQN_CARTPOLE = ["--config", str(ROOT / "configs/dqn/cartpole.yaml")]
+CASES += [
+    (
+        [*DQN_CARTPOLE, "--model.batch_size", "512", "--model.buffer_size", "256"],
+        "buffer_size=256 must be >= batch_size=512",
+    ),
+    ([*DQN_CARTPOLE, "--model.n_step", "0"], "n_step must be >= 1"),
+    ([*DQN_CARTPOLE, "--model.learning_starts", "200000"], "learning_starts must be in .*first update"),
+    ([*DQN_CARTPOLE, "--model.tau", "1.5"], r"tau must be in \(0, 1\]"),
+    ([*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"], r"DQN cannot handle the action space Box.*SAC, TD3 or DDPG"),
+]
+
+
 @pytest.mark.parametrize(("args", "pattern"), CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, monkeypatch, capsys):
     import re
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", *PPO_CARTPOLE, *args, "--trainer.enable_progress_bar", "false"])
+        config = [] if "--config" in args else PPO_CARTPOLE
+        main(["fit", *config, *args, "--trainer.enable_progress_bar", "false"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert re.search(pattern, err, re.S), err[-2000:]

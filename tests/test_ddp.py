@@ -19,7 +19,7 @@ from tests.ddp_script import ALGOS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests/ddp_script.py"
-KILL_AFTER_S = 150
+KILL_AFTER_S = 240  # a loaded 2-core machine took 80 s for the two-node run; collectives time out after 60 s
 
 
 def run(cmd: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -51,6 +51,8 @@ def test_ddp_two_ranks_stay_in_sync_and_resume_on_one_device(algo, tmp_path):
     assert r["logged_env_steps"] == 1024
     assert r["distinct_first_obs"]  # each rank has its own env seeds
     assert r["ddp_find_unused_parameters"] == ALGOS[algo](1).ddp_find_unused_parameters
+    if algo == "ppo_target_kl":  # some rollouts stopped early (8 rollouts x 6 epochs x 2 minibatches without)
+        assert r["global_step"] < 8 * 6 * 2
 
     # Episode returns logged = mean over both ranks' episodes of that step.
     assert r["logged_rollout_returns"].keys() == r["expected_rollout_returns"].keys()

@@ -53,7 +53,8 @@ class RLModule(L.LightningModule):
     An algorithm whose ``training_step`` runs several backward passes that each reach only some of
     its parameters (actor and critic updated separately: SAC, TD3, DDPG) sets
     ``ddp_find_unused_parameters = True``; under DDP the base then asks for it, so ``strategy=ddp``
-    works unchanged (without it DDP waits for gradients that never come, and fails).
+    works unchanged. Without it DDP silently stops averaging such steps' gradients and the ranks'
+    weights drift apart (the gradient check of tests/ddp_script.py then fails).
 
     Args:
         env: Which environment to train and evaluate on (see ``EnvConfig``).
@@ -361,11 +362,11 @@ class RLModule(L.LightningModule):
 
         The fused kernel updates every parameter at once: on small RL networks it is ~4x faster than
         the default per-tensor loop (72 vs 308 us per step for PPO's actor-critic on this 2-core CPU).
-        Not under ``16-mixed``: there the grad scaler must unscale before gradient clipping, and a fused
-        optimizer unscales internally, which Lightning refuses to combine with clipping.
+        Not under mixed precision: a fused optimizer unscales gradients internally, which Lightning's
+        mixed-precision plugin refuses to combine with gradient clipping.
         """
         precision = str(self.trainer.precision) if self._trainer is not None else "32-true"
-        fused = self.device.type in ("cpu", "cuda") and precision not in ("16-mixed", "16")
+        fused = self.device.type in ("cpu", "cuda") and "mixed" not in precision and precision != "16"
         return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused)
 
     # ------------------------------------------------------------------------------ checkpoints

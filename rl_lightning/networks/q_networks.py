@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rl_lightning.errors import ConfigError
 from rl_lightning.networks.mlp import ACTIVATIONS
 
 
@@ -47,7 +48,7 @@ class MLPTorso(nn.Module):
     def __init__(self, observation_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], activation: str) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
+            raise ConfigError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
         dim, layers = int(np.prod(observation_space.shape)), []
         for size in hidden_sizes:
             layers += [nn.Linear(dim, size), ACTIVATIONS[activation]()]
@@ -91,9 +92,9 @@ class QNetwork(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(observation_space, gym.spaces.Box):
-            raise ValueError(f"Observation space {observation_space} is not supported: expected a gymnasium Box.")
+            raise ConfigError(f"Observation space {observation_space} is not supported: expected a gymnasium Box.")
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise ValueError(f"QNetwork needs a Discrete action space, got {action_space}.")
+            raise ConfigError(f"QNetwork needs a Discrete action space, got {action_space}.")
         n = int(action_space.n)
         if is_image_space(observation_space):
             self.torso: nn.Module = NatureCNN(observation_space)
