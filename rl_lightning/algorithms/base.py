@@ -327,12 +327,17 @@ class RLModule(L.LightningModule):
             # Same value on every rank; sync_dist only silences Lightning's epoch-level DDP warning.
             self.log("step", float(self.env_steps), batch_size=1, sync_dist=True)
 
+    def make_eval_env(self, num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
+        """The env evaluation episodes are played in (also by the ``RecordEpisodes`` video callback):
+        gymnasium's env (also when training on the torch backend) without training-only wrappers
+        (Atari: true game scores)."""
+        config = dataclasses.replace(self.env_config, backend="gymnasium")
+        return make_vector_env(config, num_envs=num_envs, render_mode=render_mode, training=False)
+
+    @torch.no_grad()
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Play one deterministic episode per seed, all at once in a vector env: gymnasium's env (also
-        when training on the torch backend) without training-only wrappers (Atari: true game scores)."""
-        envs = make_vector_env(
-            dataclasses.replace(self.env_config, backend="gymnasium"), num_envs=len(seeds), training=False
-        )
+        """Play one deterministic episode per seed, all at once in a vector env (``make_eval_env``)."""
+        envs = self.make_eval_env(len(seeds))
         try:
             obs, _ = envs.reset(seed=seeds)
             returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
