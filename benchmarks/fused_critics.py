@@ -1,15 +1,23 @@
-"""Twin critics as one batched network (``QEnsemble``, one ``baddbmm`` per layer) vs two separate MLPs.
+"""Twin critics as one batched network (stacked weights, one ``baddbmm`` per layer) vs two separate MLPs
+(``rl_lightning.networks.continuous.QEnsemble``, what SAC/TD3/DDPG use).
 
 Times the critic's share of a SAC gradient step (critic loss forward/backward + fused Adam step, then
 the actor loss's pass through the frozen critic and back to the actions), A/B interleaved in one
-process so load on the machine hits both alike. Prints microseconds per update (median of rounds).
+process so load on the machine hits both alike. Prints microseconds per update (median of rounds),
+wall-clock and CPU time (``time.process_time``: on a busy machine the steadier of the two).
 
     python benchmarks/fused_critics.py [--threads 1] [--obs 3 --act 1] [--hidden 256 256]
+
+Measured on the shared 2-core CPU, 1 thread, batch 256, CPU time batched / separate (medians of 15-20
+rounds of 30 updates): at 256x256 0.94-0.97 with load ~3, 1.03-1.04 with load ~7; at 400x300
+1.01 (load ~3) and 1.06 (load ~7); at 64x64 0.84. The default sizes are compute-bound and a batched
+matmul is no faster than two, so the library keeps separate critics.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -19,21 +27,27 @@ from torch import nn
 from rl_lightning.networks.continuous import QEnsemble
 
 
-class SeparateCritics(nn.Module):
+class BatchedCritics(nn.Module):
+    """``n`` critics as stacked ``[n, in, out]`` weights, each layer one ``baddbmm`` for all of them;
+    each critic initialized like an ``nn.Linear`` stack. Returns ``[n, B]``."""
+
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], n: int = 2) -> None:
         super().__init__()
-
-        def mlp() -> nn.Sequential:
-            dims, layers = [obs_dim + act_dim, *hidden], []
-            for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
-                layers += [nn.Linear(d_in, d_out), nn.ReLU()]
-            return nn.Sequential(*layers, nn.Linear(dims[-1], 1))
-
-        self.qs = nn.ModuleList(mlp() for _ in range(n))
+        self.n = n
+        dims = [obs_dim + act_dim, *hidden, 1]
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for d_in, d_out in zip(dims[:-1], dims[1:], strict=True):
+            bound = 1.0 / math.sqrt(d_in)  # nn.Linear's default
+            self.weights.append(nn.Parameter(torch.empty(n, d_in, d_out).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(n, 1, d_out).uniform_(-bound, bound)))
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         x = torch.cat([obs, actions], -1)
-        return torch.stack([q(x).squeeze(-1) for q in self.qs])
+        h = x.unsqueeze(0).expand(self.n, *x.shape)
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = torch.baddbmm(b, h, w)
+            h = torch.relu(h) if i < len(self.weights) - 1 else h
+        return h.squeeze(-1)
 
 
 def update(critic: nn.Module, opt: torch.optim.Optimizer, obs, actions, target, actions_pi) -> None:
@@ -62,20 +76,27 @@ def main() -> None:
     torch.manual_seed(0)
     b, hidden = args.batch, tuple(args.hidden)
     obs, actions, target = torch.randn(b, args.obs), torch.rand(b, args.act) * 2 - 1, torch.randn(b)
-    variants = {"fused": QEnsemble(args.obs, args.act, hidden), "separate": SeparateCritics(args.obs, args.act, hidden)}
+    variants = {"fused": BatchedCritics(args.obs, args.act, hidden), "separate": QEnsemble(args.obs, args.act, hidden)}
     opts = {k: torch.optim.Adam(m.parameters(), lr=1e-3, fused=True) for k, m in variants.items()}
     times: dict[str, list[float]] = {k: [] for k in variants}
+    cpu: dict[str, list[float]] = {k: [] for k in variants}
     for r in range(args.rounds + 1):
         for k, critic in variants.items():
             actions_pi = (torch.rand(b, args.act) * 2 - 1).requires_grad_(True)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             for _ in range(args.steps):
                 update(critic, opts[k], obs, actions, target, actions_pi)
             if r > 0:  # round 0 warms up
                 times[k].append((time.perf_counter() - t) / args.steps * 1e6)
-    for k, ts in times.items():
-        print(f"{k:9s} {statistics.median(ts):8.0f} us/update (min {min(ts):.0f}, max {max(ts):.0f})")
-    print(f"fused / separate: {statistics.median(times['fused']) / statistics.median(times['separate']):.3f}")
+                cpu[k].append((time.process_time() - c) / args.steps * 1e6)
+    for k in variants:
+        ts, cs = times[k], cpu[k]
+        print(
+            f"{k:9s} wall {statistics.median(ts):7.0f} us/update (min {min(ts):.0f})   "
+            f"cpu {statistics.median(cs):7.0f} us/update (min {min(cs):.0f})"
+        )
+    for name, d in (("wall", times), ("cpu", cpu)):
+        print(f"fused / separate ({name}): {statistics.median(d['fused']) / statistics.median(d['separate']):.3f}")
 
 
 if __name__ == "__main__":

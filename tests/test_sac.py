@@ -1,5 +1,5 @@
-"""SAC: the tanh-Gaussian log-probability, the losses (pure functions), alpha tuning, the batched twin
-critics, action bounds, checkpoints, bad input, and learning on Pendulum."""
+"""SAC: the tanh-Gaussian log-probability, the losses (pure functions), alpha tuning, the twin critics,
+action bounds, checkpoints, bad input, and learning on Pendulum."""
 
 import math
 import time
@@ -146,20 +146,18 @@ def test_alpha_rises_during_training_when_the_policy_is_less_random_than_the_tar
 
 
 # ------------------------------------------------------------------------------------ critics
-def test_batched_critics_equal_separate_linear_stacks():
+def test_critics_are_independent_and_first_selects_q1():
     torch.manual_seed(0)
     ens = QEnsemble(3, 2, (8, 5), n=2)
     obs, actions = torch.randn(6, 3), torch.rand(6, 2) * 2 - 1
+    q = ens(obs, actions)
     x = torch.cat([obs, actions], -1)
+    assert q.shape == (2, 6) and not torch.equal(q[0], q[1])  # independently initialized
     for i in range(2):
-        h = x
-        for j, (w, b) in enumerate(zip(ens.weights, ens.biases, strict=True)):
-            h = h @ w[i] + b[i, 0]
-            h = torch.relu(h) if j < 2 else h
-        torch.testing.assert_close(ens(obs, actions)[i], h.squeeze(-1))
-    torch.testing.assert_close(ens(obs, actions, first=1)[0], ens(obs, actions)[0])
-    # nn.Linear's default initialization: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), independent per critic
-    assert ens.weights[0].abs().max() <= 1 / math.sqrt(5) and not torch.equal(ens.weights[1][0], ens.weights[1][1])
+        torch.testing.assert_close(q[i], ens.qs[i](x).squeeze(-1))
+    torch.testing.assert_close(ens(obs, actions, first=1), q[:1])
+    # nn.Linear's default initialization (SB3, CleanRL): U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    assert ens.qs[0][0].weight.abs().max() <= 1 / math.sqrt(5)
 
 
 def test_polyak_update_moves_targets_by_tau():

@@ -14,7 +14,7 @@ actor, in SB3's order) through manual optimization, so Lightning's precision plu
 Actions are normalized to ``[-1, 1]`` inside (see ``off_policy``); ``forward`` returns env units.
 
 Deviations: none of substance. Time-limit truncation bootstraps from the final observation (SB3
-does; CleanRL does not). The twin critics are one batched network (``QEnsemble``).
+does; CleanRL does not).
 """
 
 from __future__ import annotations

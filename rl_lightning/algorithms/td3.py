@@ -20,7 +20,7 @@ buffer) followed by ``gradient_steps`` critic updates (manual optimization, two 
 
 Deviations: none of substance. The delay counts gradient steps over the whole run (SB3's
 ``_n_updates``; CleanRL counts env steps). Time-limit truncation bootstraps from the final
-observation (SB3 does; CleanRL does not). The critics are one batched network (``QEnsemble``).
+observation (SB3 does; CleanRL does not).
 """
 
 from __future__ import annotations
