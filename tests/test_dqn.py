@@ -171,7 +171,11 @@ def test_checkpoint_round_trips_replay_buffer_and_epsilon(tmp_path):
     quick_trainer().fit(resumed, ckpt_path=tmp_path / "last.ckpt")
     assert at_resume["epsilon"] == saved["epsilon"]
     for name, value in saved["replay_buffer"].items():
-        assert torch.equal(torch.as_tensor(value), torch.as_tensor(at_resume["state"][name])), name
+        restored = at_resume["state"][name]
+        if isinstance(value, str):  # the sampling RNG's state, kept as JSON text
+            assert value == restored, name
+        else:
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(restored)), name
     # It continued from the restored buffer (no second warm-up): 404 -> 804 in phases of 8 env steps.
     assert resumed.env_steps == 804
     assert resumed.replay.num_adds == 804 // 2
