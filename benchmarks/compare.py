@@ -2,7 +2,7 @@
 same budget, same thread count, same evaluation protocol, interleaved in one invocation.
 
     python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
-    python benchmarks/compare.py --algos ppo --seeds 0 --threads 1
+    python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
 
 Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
 Reported per run: training env-steps/s (evaluation time excluded), wall time to the first evaluation
@@ -59,6 +59,76 @@ SPECS: dict[str, Spec] = {
             clip_range=0.2,
         ),
         n_envs=8,
+    ),
+    "a2c": Spec(
+        config="configs/a2c/cartpole.yaml",
+        env_id="CartPole-v1",
+        total_env_steps=100_000,
+        eval_every=10_000,
+        threshold=475,
+        sb3_algo="A2C",
+        sb3_kwargs=dict(
+            n_steps=5,
+            learning_rate=7e-4,
+            gamma=0.99,
+            gae_lambda=1.0,
+            ent_coef=0.0,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+            normalize_advantage=False,
+        ),
+        n_envs=8,
+    ),
+    "dqn": Spec(
+        config="configs/dqn/cartpole.yaml",
+        env_id="CartPole-v1",
+        total_env_steps=100_000,
+        eval_every=10_000,
+        threshold=475,
+        sb3_algo="DQN",
+        sb3_kwargs=dict(
+            learning_rate=2.3e-3,
+            batch_size=64,
+            buffer_size=100_000,
+            learning_starts=1000,
+            gamma=0.99,
+            target_update_interval=10,
+            train_freq=256,
+            gradient_steps=128,
+            exploration_fraction=0.08,
+            exploration_final_eps=0.04,
+            policy_kwargs=dict(net_arch=[256, 256]),
+        ),
+        n_envs=1,
+    ),
+    "sac": Spec(
+        config="configs/sac/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="SAC",
+        sb3_kwargs=dict(learning_rate=1e-3),
+        n_envs=1,
+    ),
+    "td3": Spec(
+        config="configs/td3/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="TD3",
+        sb3_kwargs=dict(
+            buffer_size=200_000,
+            learning_rate=1e-3,
+            gamma=0.98,
+            learning_starts=10_000,
+            train_freq=200,
+            gradient_steps=200,
+            action_noise_std=0.1,
+            policy_kwargs=dict(net_arch=[400, 300]),
+        ),
+        n_envs=1,
     ),
 }
 
@@ -130,6 +200,12 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.utils import get_linear_fn
 
     kwargs = dict(spec.sb3_kwargs)
+    if "action_noise_std" in kwargs:
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        std = kwargs.pop("action_noise_std")
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(1), std * np.ones(1))
     for key, value in kwargs.items():
         if isinstance(value, str) and value.startswith("lin_"):
             start = float(value[4:])

@@ -7,8 +7,9 @@
 
 Defaults differ from Lightning's where RL needs it: no epoch limit (the module stops at its env-step
 budget), a TensorBoard logger under ``runs/``, checkpoints of the best evaluation return
-(``best-epoch*.ckpt``) and of the latest state (``last.ckpt``), no sanity validation, and logging
-every 10 training steps.
+(``best-epoch*.ckpt``) and of the latest state (``last.ckpt``), no sanity validation, logging
+every 10 training steps, and a progress bar in env steps (``RLProgressBar``; off with
+``--trainer.enable_progress_bar false``).
 
 Beyond Lightning's own options: ``compile: true`` (``--compile true``) compiles the networks with
 ``torch.compile`` (the ``CompileNetworks`` callback). ``precision: 16-mixed`` on CPU is refused
@@ -24,11 +25,11 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
 from rl_lightning.errors import ConfigError
 
@@ -68,6 +69,12 @@ class RLCLI(LightningCLI):
             )
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        # The env-step progress bar by default. Not through trainer_defaults' callbacks: a config listing
+        # its own callbacks would drop it, and --trainer.enable_progress_bar false would then be an error.
+        config = self._get(self.config_init, "trainer", default={})
+        callbacks = list(kwargs.get("callbacks", config.get("callbacks")) or [])
+        if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, RLProgressBar()]
         trainer = super().instantiate_trainer(**kwargs)
         if self._get(self.config_init, "compile", default=False):
             trainer.callbacks.append(CompileNetworks())
@@ -139,4 +146,4 @@ def main(args: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -91,8 +91,8 @@ def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, mon
     import re
 
     monkeypatch.chdir(tmp_path)
+    config = [] if "--config" in args else PPO_CARTPOLE  # the PPO CartPole config, unless the case brings one
     with pytest.raises(SystemExit) as exit_info:
-        config = [] if "--config" in args else PPO_CARTPOLE
         main(["fit", *config, *args, "--trainer.enable_progress_bar", "false"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err

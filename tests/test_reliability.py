@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from rl_lightning import PPO, EnvConfig
+from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.errors import CollectionError, DivergenceError
 from tests.conftest import quick_trainer
@@ -162,15 +162,53 @@ def test_environment_fault_names_env_and_step_after_saving_a_checkpoint(tmp_path
     assert torch.load(tmp_path / "last.ckpt", weights_only=True)["rl_lightning"]["env_steps"] == 1152
 
 
-def test_every_checkpoint_loads_with_weights_only(tmp_path):
-    model = PPO(
+TINY = dict(total_env_steps=512, env_steps_per_epoch=256, eval_episodes=1)
+ALGORITHMS = {
+    "PPO": lambda: PPO(env=EnvConfig("CartPole-v1", num_envs=2), num_steps=64, num_minibatches=1, **TINY),
+    "A2C": lambda: A2C(env=EnvConfig("Pendulum-v1", num_envs=2), normalize_obs=True, normalize_reward=True, **TINY),
+    "REINFORCE": lambda: REINFORCE(env=EnvConfig("CartPole-v1", num_envs=2), num_steps=128, **TINY),
+    "DQN": lambda: DQN(
         env=EnvConfig("CartPole-v1", num_envs=2),
-        total_env_steps=512,
-        num_steps=64,
-        num_minibatches=1,
-        env_steps_per_epoch=256,
-        eval_episodes=1,
-    )
+        learning_starts=128,
+        train_freq=16,
+        gradient_steps=2,
+        batch_size=32,
+        buffer_size=1000,
+        save_replay_buffer=True,
+        prioritized_replay=True,
+        **TINY,
+    ),
+    "SAC": lambda: SAC(
+        env=EnvConfig("Pendulum-v1", num_envs=1),
+        learning_starts=128,
+        batch_size=32,
+        buffer_size=1000,
+        hidden_sizes=(32, 32),
+        save_replay_buffer=True,
+        **TINY,
+    ),
+    "TD3": lambda: TD3(
+        env=EnvConfig("Pendulum-v1", num_envs=1),
+        learning_starts=128,
+        batch_size=32,
+        buffer_size=1000,
+        hidden_sizes=(32, 32),
+        **TINY,
+    ),
+    "DDPG": lambda: DDPG(
+        env=EnvConfig("Pendulum-v1", num_envs=1),
+        learning_starts=128,
+        batch_size=32,
+        buffer_size=1000,
+        hidden_sizes=(32, 32),
+        **TINY,
+    ),
+}
+
+
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_every_checkpoint_loads_with_weights_only(algo, tmp_path):
+    model = ALGORITHMS[algo]()
     cbs = [
         ModelCheckpoint(dirpath=tmp_path, monitor="val/episode_return", mode="max", save_top_k=2),
         LastCheckpoint(dirpath=tmp_path),
@@ -179,6 +217,9 @@ def test_every_checkpoint_loads_with_weights_only(tmp_path):
     files = list(tmp_path.glob("*.ckpt"))
     assert len(files) >= 2
     for f in files:
-        ckpt = torch.load(f, weights_only=True)
+        ckpt = torch.load(f, weights_only=True)  # only tensors and plain containers: no code runs
         assert isinstance(ckpt["hyper_parameters"]["env"], dict)
         assert set(ckpt["rl_lightning"]) >= {"env_steps", "env_seed", "rng"}
+        assert ckpt["rl_lightning"]["env_steps"] > 0
+    restored = type(model).load_from_checkpoint(tmp_path / "last.ckpt")
+    assert restored.env_steps == model.env_steps

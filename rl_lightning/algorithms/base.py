@@ -98,20 +98,22 @@ class RLModule(L.LightningModule):
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
         check_env_id(self.env_config.env_id)
+        strategy = self._trainer.strategy if self._trainer is not None else None  # None: called by hand
         if stage == "fit":
             if self.env_config.seed is None:
                 # Drawn from torch's RNG, so seed_everything makes the envs reproducible too. Rank 0's
                 # draw for all ranks: rank offsets (rank_seed) keep env seeds distinct, eval seeds agree.
                 seed = int(torch.randint(0, 2**31 - 1, ()).item())
-                self.env_config.seed = int(self.trainer.strategy.broadcast(seed, src=0))
+                self.env_config.seed = int(strategy.broadcast(seed, src=0)) if strategy else seed
             # The device is final here (Lightning calls setup after choosing it, before moving the
             # module there): a torch-backend env is built on it, so rollouts never leave it.
-            self.envs = make_vector_env(self.env_config, device=self.trainer.strategy.root_device)
+            device = strategy.root_device if strategy else self.device
+            self.envs = make_vector_env(self.env_config, device=device)
             spaces = (self.envs.single_observation_space, self.envs.single_action_space)
         else:
             spaces = self._probe_spaces()
         self._build_once(*spaces)
-        if stage == "fit" and self.trainer.world_size > 1:
+        if stage == "fit" and strategy is not None and self.trainer.world_size > 1:
             self._setup_distributed()
 
     def _setup_distributed(self) -> None:
@@ -333,12 +335,17 @@ class RLModule(L.LightningModule):
             # Same value on every rank; sync_dist only silences Lightning's epoch-level DDP warning.
             self.log("step", float(self.env_steps), batch_size=1, sync_dist=True)
 
+    def make_eval_env(self, num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
+        """The env evaluation episodes are played in (also by the ``RecordEpisodes`` video callback):
+        gymnasium's env (also when training on the torch backend) without training-only wrappers
+        (Atari: true game scores)."""
+        config = dataclasses.replace(self.env_config, backend="gymnasium")
+        return make_vector_env(config, num_envs=num_envs, render_mode=render_mode, training=False)
+
+    @torch.no_grad()
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Play one deterministic episode per seed, all at once in a vector env: gymnasium's env (also
-        when training on the torch backend) without training-only wrappers (Atari: true game scores)."""
-        envs = make_vector_env(
-            dataclasses.replace(self.env_config, backend="gymnasium"), num_envs=len(seeds), training=False
-        )
+        """Play one deterministic episode per seed, all at once in a vector env (``make_eval_env``)."""
+        envs = self.make_eval_env(len(seeds))
         try:
             obs, _ = envs.reset(seed=seeds)
             returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)

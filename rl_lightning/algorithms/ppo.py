@@ -17,7 +17,6 @@ optimizer steps.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -26,11 +25,10 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.data.rollout import RolloutBatch, RolloutCollector
+from rl_lightning.algorithms.on_policy import OnPolicyMixin
+from rl_lightning.data.rollout import RolloutBatch, gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
-from rl_lightning.networks.mlp import ACTIVATIONS
-from rl_lightning.networks.policies import ActorCritic
 
 
 class PPOLoss(NamedTuple):
@@ -80,7 +78,7 @@ def ppo_loss(
     return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
 
 
-class PPO(RLModule):
+class PPO(OnPolicyMixin, RLModule):
     """PPO for discrete (categorical) and continuous (diagonal Gaussian) actions.
 
     Args:
@@ -104,6 +102,9 @@ class PPO(RLModule):
             (checked after each epoch); ``None`` never stops.
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP.
         activation: Hidden activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        normalize_obs: Normalize observations by running mean and std (statistics saved in
+            checkpoints, frozen outside collection; ``forward`` takes raw observations).
+        normalize_reward: Divide rewards by the running std of the discounted return (training only).
         env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
         eval_episodes: Deterministic evaluation episodes per evaluation.
     """
@@ -130,6 +131,8 @@ class PPO(RLModule):
         target_kl: float | None = None,
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
+        normalize_obs: bool = False,
+        normalize_reward: bool = False,
         env_steps_per_epoch: int = 10_000,
         eval_episodes: int = 20,
     ) -> None:
@@ -142,49 +145,33 @@ class PPO(RLModule):
 
     def _check_hparams(self) -> None:
         hp = self.hparams
-        check(0 < hp.gamma <= 1, f"gamma must be in (0, 1], got {hp.gamma}.")
+        self.check_common_hparams()
         check(0 <= hp.gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {hp.gae_lambda}.")
-        for name in ("learning_rate", "clip_coef", "max_grad_norm"):
+        for name in ("clip_coef", "max_grad_norm"):
             check(hp[name] > 0, f"{name} must be > 0, got {hp[name]}.")
         for name in ("vf_coef", "ent_coef"):
             check(hp[name] >= 0, f"{name} must be >= 0, got {hp[name]}.")
         check(hp.target_kl is None or hp.target_kl > 0, f"target_kl must be > 0 or null, got {hp.target_kl}.")
-        for name in ("num_steps", "update_epochs", "num_minibatches"):
+        for name in ("update_epochs", "num_minibatches"):
             check(hp[name] >= 1, f"{name} must be >= 1, got {hp[name]}.")
-        check(hp.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}, got {hp.activation!r}.")
         check(
             self.rollout_size % hp.num_minibatches == 0,
             f"num_minibatches={hp.num_minibatches} does not divide the rollout size "
             f"env.num_envs * num_steps = {self.env_config.num_envs} * {hp.num_steps} = {self.rollout_size}.",
         )
 
-    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        self.agent = ActorCritic(observation_space, action_space, self.hparams.hidden_sizes, self.hparams.activation)
-
     # ------------------------------------------------------------------------------------- data
-    def batches_per_epoch(self) -> int:
-        return math.ceil(self.env_steps_per_epoch / (self.rollout_size * self.trainer.world_size))
-
+    # build_networks, batches_per_epoch, collect_rollout and forward (acting): OnPolicyMixin.
     def generate_batches(self) -> Iterator[RolloutBatch]:
-        if self.collector is None:
-            self.collector = RolloutCollector(self.envs, self.hparams.num_steps, self.device, self.rank_seed)
         for _ in range(self.batches_per_epoch()):
-            batch = self.collector.collect(self.agent, self.hparams.gamma, self.hparams.gae_lambda)
-            self.env_steps += self.rollout_size * self.trainer.world_size
-            yield batch
-
-    # ----------------------------------------------------------------------------------- acting
-    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        return self.agent(obs, deterministic)
+            yield gae_batch(self.collect_rollout(), self.hparams.gamma, self.hparams.gae_lambda)
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> Tensor:
         hp = self.hparams
         opt = self.optimizers()
         if hp.anneal_lr:
-            lr = hp.learning_rate * max(1.0 - self.env_steps / self.total_env_steps, 0.0)
-            for group in opt.param_groups:
-                group["lr"] = lr
+            self.anneal_learning_rate(opt)
         stats: list[Tensor] = []
         for _ in range(hp.update_epochs):
             perm = torch.randperm(self.rollout_size, device=self.device)

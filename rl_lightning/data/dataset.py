@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch.utils.data import IterableDataset
+
+# Lightning warns at every fit that an IterableDataset with a length may be wrong with several loader
+# workers. The length is deliberate here (see ExperienceDataset) and there is always one worker.
+warnings.filterwarnings("ignore", message=r".*IterableDataset. has .__len__. defined", category=UserWarning)
 
 
 class ExperienceDataset(IterableDataset):

@@ -25,6 +25,7 @@ at the newest row: ``rewards`` is the discounted sum of the ``m <= n`` rewards u
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -308,6 +309,8 @@ class ReplayBuffer:
         for name in ("pos", "rows_written", "cur_ep_step"):
             state[name] = torch.from_numpy(getattr(self, name).copy())
         state["num_adds"] = self.num_adds
+        # The sampling RNG too, so a resumed run draws the same minibatches (JSON: a plain string).
+        state["rng"] = json.dumps(self.rng.bit_generator.state)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -322,6 +325,8 @@ class ReplayBuffer:
         for name in ("pos", "rows_written", "cur_ep_step"):
             getattr(self, name)[:] = state[name].numpy()
         self.num_adds = int(state["num_adds"])
+        if "rng" in state:
+            self.rng.bit_generator.state = json.loads(state["rng"])
 
 
 class SumTree:

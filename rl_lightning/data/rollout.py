@@ -1,4 +1,4 @@
-"""On-policy rollouts: collection into a preallocated buffer, and GAE.
+"""On-policy rollouts: collection into a preallocated buffer, GAE, Monte-Carlo returns-to-go.
 
 Shared by PPO, A2C and REINFORCE. One rollout is ``num_steps`` vector steps of ``num_envs``
 sub-envs. Done semantics are explicit: ``terminated`` means the true episode end (no bootstrap);
@@ -15,7 +15,27 @@ import torch
 from torch import Tensor
 
 from rl_lightning.envs.make import episode_stats
+from rl_lightning.envs.normalize import RunningMeanStd
 from rl_lightning.envs.torch import TorchVectorEnv
+
+
+class Rollout(NamedTuple):
+    """One rollout as collected, every field ``[num_steps, num_envs, ...]``.
+
+    ``next_values[t]`` is V of transition ``t``'s true next state: ``values[t + 1]`` inside the
+    rollout, V(final observation) where the episode was truncated, V(current observation) after the
+    last step; it is meaningless (and unused) where ``terminated``. Observations are normalized and
+    rewards scaled when the collector normalizes.
+    """
+
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor
+    values: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    next_values: Tensor
 
 
 class RolloutBatch(NamedTuple):
@@ -66,6 +86,63 @@ def gae(
     return advantages, advantages + values
 
 
+def gae_batch(rollout: Rollout, gamma: float, gae_lambda: float) -> RolloutBatch:
+    """A rollout with GAE advantages and TD(lambda) returns, flattened (PPO, A2C)."""
+    advantages, returns = gae(
+        rollout.rewards,
+        rollout.values,
+        rollout.next_values,
+        rollout.terminated,
+        rollout.terminated | rollout.truncated,
+        gamma,
+        gae_lambda,
+    )
+    flat = [x.flatten(0, 1) for x in (rollout.obs, rollout.actions, rollout.logprobs, rollout.values)]
+    return RolloutBatch(*flat, advantages.flatten(0, 1), returns.flatten(0, 1))
+
+
+def returns_to_go(
+    rewards: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    gamma: float,
+) -> tuple[Tensor, Tensor]:
+    """Discounted Monte-Carlo returns-to-go over the episodes that end inside the rollout, ``[T, N]``.
+
+        G_t = r_t                              if terminated_t
+            = r_t + gamma * V(final obs_t)     if truncated_t   (``next_values``; 0 without a critic)
+            = r_t + gamma * G_{t+1}            otherwise
+
+    Returns ``(returns, complete)``: ``complete[t]`` is False for the steps after the last episode
+    end of a sub-env (its unfinished tail), whose return is not known yet; their ``returns`` are
+    partial sums and must not be used.
+    """
+    returns = torch.zeros_like(rewards)
+    complete = torch.zeros_like(terminated, dtype=torch.bool)
+    running = torch.zeros_like(rewards[0])
+    ended = torch.zeros_like(complete[0])
+    for t in reversed(range(rewards.shape[0])):
+        tail = torch.where(truncated[t], next_values[t], torch.where(terminated[t], 0.0, running))
+        running = rewards[t] + gamma * tail
+        ended = ended | terminated[t] | truncated[t]
+        returns[t], complete[t] = running, ended
+    return returns, complete
+
+
+def episode_batch(rollout: Rollout, gamma: float) -> RolloutBatch:
+    """The steps of a rollout whose episode ends inside it, with Monte-Carlo returns-to-go and
+    advantages ``G - V`` (REINFORCE); each sub-env's unfinished tail is dropped."""
+    returns, complete = returns_to_go(
+        rollout.rewards, rollout.next_values, rollout.terminated, rollout.truncated, gamma
+    )
+    keep = complete.flatten()
+    obs, actions, logprobs, values, returns = (
+        x.flatten(0, 1)[keep] for x in (rollout.obs, rollout.actions, rollout.logprobs, rollout.values, returns)
+    )
+    return RolloutBatch(obs, actions, logprobs, values, returns - values, returns)
+
+
 class RolloutCollector:
     """Steps a vector env with a policy for ``num_steps``; keeps the env's current observation
     between rollouts.
@@ -76,15 +153,40 @@ class RolloutCollector:
     torch``) everything stays on the device: tensors pass straight between the policy and the env,
     and the two steps that need a host sync (bootstrapping truncated episodes, gathering episode
     statistics) run once per rollout instead of once per step.
+
+    Normalization (optional, statistics owned by the module, see ``envs/normalize.py``): the policy
+    sees observations normalized with the statistics as they were at the start of the rollout, and
+    both statistics are updated once, at its end, with all of its raw observations and discounted
+    returns. Within a rollout the normalization is therefore fixed, so the stored observations and
+    log-probabilities agree exactly with what the policy acted on.
+
+    Args:
+        envs: This rank's vector env (SAME_STEP autoreset).
+        num_steps: Vector steps per rollout.
+        device: Where observations, actions and values live.
+        seed: Seed of the first sub-env, used at the first reset.
+        obs_rms: Observation statistics to normalize with (and update), or None.
+        return_rms: Discounted-return statistics to scale rewards with (and update), or None.
+        gamma: Discount of the return whose standard deviation scales the rewards.
     """
 
-    def __init__(self, envs: gym.vector.VectorEnv, num_steps: int, device: torch.device, seed: int) -> None:
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        num_steps: int,
+        device: torch.device,
+        seed: int,
+        obs_rms: RunningMeanStd | None = None,
+        return_rms: RunningMeanStd | None = None,
+        gamma: float = 0.99,
+    ) -> None:
         self.envs = envs
         self.num_steps = num_steps
         self.device = device
+        self.obs_rms, self.return_rms, self.gamma = obs_rms, return_rms, gamma
         self.on_device = isinstance(envs, TorchVectorEnv)
         n, obs_space, act_space = envs.num_envs, envs.single_observation_space, envs.single_action_space
-        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
+        obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and obs_rms is None else torch.float32
         self.obs = torch.zeros((num_steps, n, *obs_space.shape), dtype=obs_dtype, device=device)
         if isinstance(act_space, gym.spaces.Discrete):
             self.actions = torch.zeros((num_steps, n), dtype=torch.long, device=device)
@@ -110,10 +212,15 @@ class RolloutCollector:
             self.ended = torch.zeros((num_steps, n), dtype=torch.bool, device=device)
             self.ended_returns = torch.zeros((num_steps, n), device=device)
             self.ended_lengths = torch.zeros((num_steps, n), dtype=torch.int32, device=device)
+            self.running_return = torch.zeros(n, device=device)
+            self.discounted_returns = torch.zeros((num_steps, n), device=device)
         else:
             self.rewards = np.zeros((num_steps, n), dtype=np.float32)
             self.terminated = np.zeros((num_steps, n), dtype=bool)
             self.truncated = np.zeros((num_steps, n), dtype=bool)
+            # Discounted return of each sub-env's running episode, for reward scaling (reset on done).
+            self.running_return = np.zeros(n, dtype=np.float32)
+            self.discounted_returns = np.zeros((num_steps, n), dtype=np.float32)
         self.episode_returns: list[np.ndarray] = []
         self.episode_lengths: list[np.ndarray] = []
         obs, _ = envs.reset(seed=seed)
@@ -122,13 +229,16 @@ class RolloutCollector:
     def _obs_to_tensor(self, obs: np.ndarray) -> Tensor:
         return torch.as_tensor(obs, device=self.device, dtype=self.obs.dtype)
 
+    def _policy_obs(self, raw: Tensor) -> Tensor:
+        return raw if self.obs_rms is None else self.obs_rms.normalize(raw)
+
     @torch.no_grad()
-    def collect(self, policy: Policy, gamma: float, gae_lambda: float) -> RolloutBatch:
-        """Run one rollout with ``policy`` and return it with GAE advantages and returns."""
+    def rollout(self, policy: Policy) -> Rollout:
+        """Run ``num_steps`` vector steps with ``policy`` and return what was collected."""
         self.final_values.zero_()
         for t in range(self.num_steps):
-            obs = self.next_obs
-            actions, logprobs, values = policy.act(obs)
+            obs = self.next_obs  # raw; stored raw, normalized for the policy
+            actions, logprobs, values = policy.act(self._policy_obs(obs))
             self.obs[t] = obs
             self.actions[t] = actions
             self.logprobs[t] = logprobs
@@ -138,6 +248,10 @@ class RolloutCollector:
             self.rewards[t] = rewards
             self.terminated[t] = terminated
             self.truncated[t] = truncated
+            if self.return_rms is not None:
+                self.running_return = self.running_return * self.gamma + rewards
+                self.discounted_returns[t] = self.running_return
+                self.running_return[terminated | truncated] = 0.0
             if self.on_device:
                 # Torch envs return these on every step; masked out (and bootstrapped) after the loop.
                 self.final_obs[t] = infos["final_obs"]
@@ -147,7 +261,7 @@ class RolloutCollector:
                 # Bootstrap a time-limit cut from V(final observation): the episode did not end.
                 idx = np.flatnonzero(truncated)
                 final_obs = self._obs_to_tensor(np.stack(infos["final_obs"][idx]))
-                self.final_values[t, idx] = policy.value(final_obs)
+                self.final_values[t, idx] = policy.value(self._policy_obs(final_obs))
             if (stats := episode_stats(infos)) is not None:
                 ended, ep_returns, ep_lengths = stats
                 self.episode_returns.append(ep_returns[ended])
@@ -156,34 +270,36 @@ class RolloutCollector:
         if self.on_device:
             self._finish_on_device(policy)
         truncated_t = torch.as_tensor(self.truncated, device=self.device)
-        next_values = torch.cat([self.values[1:], policy.value(self.next_obs).unsqueeze(0)])
-        next_values = torch.where(truncated_t, self.final_values, next_values)
-        terminated_t = torch.as_tensor(self.terminated, device=self.device)
-        advantages, returns = gae(
-            torch.as_tensor(self.rewards, device=self.device),
-            self.values,
-            next_values,
-            terminated_t,
-            terminated_t | truncated_t,
-            gamma,
-            gae_lambda,
-        )
-        return RolloutBatch(
-            obs=self.obs.flatten(0, 1),
-            actions=self.actions.flatten(0, 1),
-            logprobs=self.logprobs.flatten(0, 1),
-            values=self.values.flatten(0, 1),
-            advantages=advantages.flatten(0, 1),
-            returns=returns.flatten(0, 1),
+        next_values = torch.cat([self.values[1:], policy.value(self._policy_obs(self.next_obs)).unsqueeze(0)])
+        obs = self._policy_obs(self.obs)
+        rewards = torch.as_tensor(self.rewards, device=self.device)
+        if self.return_rms is not None:
+            self.return_rms.update(torch.as_tensor(self.discounted_returns, device=self.device).flatten())
+            rewards = self.return_rms.scale(rewards)
+        if self.obs_rms is not None:
+            self.obs_rms.update(self.obs.flatten(0, 1))  # after normalizing this rollout's obs
+        return Rollout(
+            obs=obs,
+            actions=self.actions,
+            logprobs=self.logprobs,
+            values=self.values,
+            rewards=rewards,
+            terminated=torch.as_tensor(self.terminated, device=self.device),
+            truncated=truncated_t,
+            next_values=torch.where(truncated_t, self.final_values, next_values),
         )
 
     def _finish_on_device(self, policy: Policy) -> None:
         """Once per rollout: V(final observation) of the truncated steps, and the ended episodes'
         statistics to the host (the rollout's only two device syncs)."""
         truncated = self.truncated.nonzero(as_tuple=True)
-        self.final_values[truncated] = policy.value(self.final_obs[truncated])
+        self.final_values[truncated] = policy.value(self._policy_obs(self.final_obs[truncated]))
         self.episode_returns.append(self.ended_returns[self.ended].cpu().numpy())
         self.episode_lengths.append(self.ended_lengths[self.ended].cpu().numpy())
+
+    def collect(self, policy: Policy, gamma: float, gae_lambda: float) -> RolloutBatch:
+        """Run one rollout with ``policy`` and return it with GAE advantages and returns."""
+        return gae_batch(self.rollout(policy), gamma, gae_lambda)
 
     def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
         """Returns and lengths of the episodes finished since the last call."""

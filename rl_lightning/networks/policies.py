@@ -97,11 +97,15 @@ class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (no shared trunk: the SB3/CleanRL default for vector
     observations) with a categorical or diagonal-Gaussian policy head.
 
+    Observations reach the networks through ``_flat`` only: an image encoder (a shared CNN trunk
+    for Atari) replaces that one step.
+
     Args:
         observation_space: A flat ``Box``.
         action_space: ``Discrete`` or ``Box``.
         hidden_sizes: Hidden layer widths of both the actor and the critic.
         activation: Hidden activation, one of ``tanh``, ``relu``, ``elu``, ``silu``.
+        critic: Build the value network; without one (REINFORCE without a baseline) ``value`` is 0.
     """
 
     def __init__(
@@ -110,11 +114,12 @@ class ActorCritic(nn.Module):
         action_space: gym.Space,
         hidden_sizes: list[int] | tuple[int, ...] = (64, 64),
         activation: str = "tanh",
+        critic: bool = True,
     ) -> None:
         super().__init__()
         obs_dim = flat_obs_dim(observation_space)
         self.actor_body = mlp(obs_dim, hidden_sizes, activation=activation)
-        self.critic = mlp(obs_dim, hidden_sizes, 1, activation=activation, out_std=1.0)
+        self.critic = mlp(obs_dim, hidden_sizes, 1, activation=activation, out_std=1.0) if critic else None
         feat_dim = hidden_sizes[-1] if hidden_sizes else obs_dim
         if isinstance(action_space, gym.spaces.Discrete):
             self.head: CategoricalHead | DiagGaussianHead = CategoricalHead(feat_dim, int(action_space.n))
@@ -126,21 +131,24 @@ class ActorCritic(nn.Module):
     def _flat(self, obs: Tensor) -> Tensor:
         return obs.flatten(1).float()
 
+    def _value(self, x: Tensor) -> Tensor:
+        return self.critic(x).squeeze(-1) if self.critic is not None else x.new_zeros(x.shape[0])
+
     def value(self, obs: Tensor) -> Tensor:
-        return self.critic(self._flat(obs)).squeeze(-1)
+        return self._value(self._flat(obs))
 
     def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions for collection: ``(actions, log_probs, values)``."""
         x = self._flat(obs)
         params = self.head(self.actor_body(x))
         actions = self.head.sample(params)
-        return actions, self.head.log_prob(params, actions), self.critic(x).squeeze(-1)
+        return actions, self.head.log_prob(params, actions), self._value(x)
 
     def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """For the loss: ``(log_probs, entropies, values)`` of given actions."""
         x = self._flat(obs)
         params = self.head(self.actor_body(x))
-        return self.head.log_prob(params, actions), self.head.entropy(params), self.critic(x).squeeze(-1)
+        return self.head.log_prob(params, actions), self.head.entropy(params), self._value(x)
 
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         """Actions for acting (evaluation, deployment): the mode, or a sample."""

@@ -1,0 +1,162 @@
+"""Learning curves from TensorBoard runs: mean and spread across seeds, against env steps.
+
+    python -m rl_lightning.plotting runs/ppo_cartpole -o curves.png       # every run below, one curve
+    python -m rl_lightning.plotting PPO=runs/ppo_cartpole SB3=runs/sb3 -o curves.png --spread std
+
+A run is a directory holding TensorBoard event files (``runs/<name>/version_<n>``); a directory given
+is searched for runs below it. Runs are grouped into curves by label: ``LABEL=DIR`` names the group,
+otherwise the group is the run's experiment name (``<name>`` above). rl_lightning logs every scalar
+against env steps, so runs of different seeds share their x-axis; where their evaluation points differ,
+each run is interpolated linearly onto the union of points, within the range all runs cover.
+
+Needs matplotlib (the ``plot`` extra: ``pip install 'rl-lightning[plot]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+PathLike = str | Path
+
+
+def find_runs(path: PathLike) -> list[Path]:
+    """The run directories at or below ``path``: those holding TensorBoard event files, sorted."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"No such run directory: {path}")
+    return sorted({event.parent for event in path.rglob("events.out.tfevents.*")})
+
+
+def load_scalars(run_dir: PathLike, tag: str = "val/episode_return") -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of one scalar tag in one run, sorted by step. A step written twice (a run
+    resumed from an earlier checkpoint) keeps its latest value."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})  # 0: keep every point
+    acc.Reload()
+    if tag not in acc.Tags()["scalars"]:
+        raise KeyError(f"{run_dir} has no scalar {tag!r}; it has {sorted(acc.Tags()['scalars'])}")
+    latest = {event.step: event.value for event in sorted(acc.Scalars(tag), key=lambda e: e.wall_time)}
+    steps = np.array(sorted(latest), dtype=np.int64)
+    return steps, np.array([latest[s] for s in steps], dtype=np.float64)
+
+
+def aggregate(
+    curves: Sequence[tuple[np.ndarray, np.ndarray]], spread: Literal["minmax", "std"] = "minmax"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(steps, mean, low, high)`` across runs. The band is min-max or mean +- one standard deviation."""
+    if spread not in ("minmax", "std"):
+        raise ValueError(f"spread must be 'minmax' or 'std', got {spread!r}")
+    start = max(steps[0] for steps, _ in curves)
+    end = min(steps[-1] for steps, _ in curves)
+    grid = np.unique(np.concatenate([steps for steps, _ in curves]))
+    grid = grid[(grid >= start) & (grid <= end)]
+    if len(grid) == 0:
+        raise ValueError("The runs cover no common range of env steps.")
+    values = np.stack([np.interp(grid, steps, vals) for steps, vals in curves])
+    mean = values.mean(0)
+    if spread == "std":
+        std = values.std(0)
+        return grid, mean, mean - std, mean + std
+    return grid, mean, values.min(0), values.max(0)
+
+
+def plot_learning_curves(
+    run_dirs: Sequence[PathLike] | Mapping[str, Sequence[PathLike]],
+    out_png: PathLike | None = None,
+    tag: str = "val/episode_return",
+    spread: Literal["minmax", "std"] = "minmax",
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
+    """Plot ``tag`` against env steps: one line per group (the mean over its runs) with a shaded band.
+
+    Args:
+        run_dirs: Run directories, or directories to search for runs (``find_runs``). A list is grouped
+            by experiment name (the parent of ``version_<n>``); a mapping ``{label: dirs}`` names the groups.
+        out_png: Write the figure here (PNG, 150 dpi). ``None`` only returns it (Jupyter shows a returned
+            figure).
+        tag: The scalar to plot; ``rollout/episode_return`` gives the training episodes.
+        spread: The band: ``minmax`` (min to max over runs) or ``std`` (mean +- one standard deviation).
+        title: Figure title; defaults to the tag.
+        ax: A matplotlib ``Axes`` to draw into, instead of a new figure.
+
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, nothing left open
+
+    groups = _group(run_dirs)
+    if ax is None:
+        fig = Figure(figsize=(6.4, 4.0))
+        ax = fig.subplots()
+    else:
+        fig = ax.figure
+    for label, runs in groups.items():
+        steps, mean, low, high = aggregate([load_scalars(run, tag) for run in runs], spread)
+        n = f" ({len(runs)} runs)" if len(runs) > 1 else ""
+        (line,) = ax.plot(steps, mean, label=f"{label}{n}")
+        if len(runs) > 1:
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(tag)
+    ax.set_title(title or tag)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    if out_png is not None:
+        Path(out_png).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out_png, dpi=150)
+    return fig
+
+
+def _group(run_dirs: Sequence[PathLike] | Mapping[str, Sequence[PathLike]]) -> dict[str, list[Path]]:
+    if isinstance(run_dirs, (str, Path)):
+        run_dirs = [run_dirs]
+    groups: dict[str, list[Path]] = {}
+    if isinstance(run_dirs, Mapping):
+        for label, dirs in run_dirs.items():
+            dirs = [dirs] if isinstance(dirs, (str, Path)) else dirs
+            groups[label] = [run for d in dirs for run in find_runs(d)]
+    else:
+        for d in run_dirs:
+            for run in find_runs(d):
+                label = run.parent.name if run.name.startswith("version_") else run.name
+                groups.setdefault(label, []).append(run)
+    for label, runs in groups.items():
+        if not runs:
+            raise FileNotFoundError(f"No TensorBoard event files for {label!r}.")
+    if not groups:
+        raise FileNotFoundError(f"No TensorBoard event files in {list(run_dirs)}.")
+    return groups
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m rl_lightning.plotting",
+        description="Learning curves (mean and spread across seeds, against env steps) from TensorBoard runs.",
+    )
+    parser.add_argument("runs", nargs="+", metavar="[LABEL=]DIR", help="run directories, or directories of runs")
+    parser.add_argument("-o", "--out", default="curves.png", help="output PNG (default: curves.png)")
+    parser.add_argument("--tag", default="val/episode_return", help="scalar to plot (default: val/episode_return)")
+    parser.add_argument("--spread", choices=["minmax", "std"], default="minmax", help="band across runs")
+    parser.add_argument("--title", default=None, help="figure title (default: the tag)")
+    args = parser.parse_args(argv)
+    if any("=" in r for r in args.runs):
+        groups: dict[str, list[str]] = {}
+        for r in args.runs:
+            label, _, d = r.rpartition("=")
+            groups.setdefault(label or Path(d).name, []).append(d)
+        plot_learning_curves(groups, args.out, args.tag, args.spread, args.title)
+    else:
+        plot_learning_curves(args.runs, args.out, args.tag, args.spread, args.title)
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""The docs stay true: every algorithm has its page with every hyperparameter and its default, and every
+relative link in the docs, the README and the notebooks points at a file that exists."""
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.test_help import ALGORITHMS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def hyperparameter_table(page: Path) -> dict[str, str]:
+    """``{argument: default}`` from the page's ``| `argument` | `default` | meaning |`` rows."""
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", page.read_text(), flags=re.M)
+    return dict(rows)
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda a: a.__name__)
+def test_algorithm_page_lists_every_hyperparameter_with_its_default(algo):
+    page = ROOT / "docs/algorithms" / f"{algo.__name__.lower()}.md"
+    assert page.exists(), f"write {page.relative_to(ROOT)} from docs/algorithms/TEMPLATE.md"
+    table = hyperparameter_table(page)
+    params = {n: p.default for n, p in inspect.signature(algo.__init__).parameters.items() if n != "self"}
+    missing = [f"| `{n}` | `{d!r}` | ... |" for n, d in params.items() if n not in table]
+    assert not missing, "add to the hyperparameter table:\n" + "\n".join(missing)
+    assert list(table) == list(params), "keep the table in signature order"
+    wrong = {n: (table[n], d) for n, d in params.items() if ast.literal_eval(table[n]) != d}
+    assert not wrong, f"defaults differ from the code (page, code): {wrong}"
+
+
+def links(text: str) -> list[str]:
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"^(https?:|mailto:|#)", t)]
+
+
+@pytest.mark.parametrize("doc", DOCS + NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc):
+    if doc.suffix == ".ipynb":
+        text = "\n".join(c.source for c in nbformat.read(doc, as_version=4).cells if c.cell_type == "markdown")
+    else:
+        text = doc.read_text()
+    broken = []
+    for target in links(text):
+        path = (doc.parent / target.split("#")[0]).resolve()
+        if not path.exists():
+            broken.append(target)
+    assert not broken, f"broken links in {doc.name}: {broken}"

@@ -1,0 +1,65 @@
+"""Learning curves from TensorBoard runs: two seeds become one mean curve with a band, in a PNG."""
+
+import numpy as np
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from rl_lightning.plotting import aggregate, find_runs, load_scalars, main, plot_learning_curves
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(run_dir, points, tag="val/episode_return"):
+    writer = SummaryWriter(str(run_dir))
+    for step, value in points:
+        writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+@pytest.fixture
+def two_seeds(tmp_path):
+    write_run(tmp_path / "runs/ppo_cartpole/version_0", [(1000, 10.0), (2000, 30.0), (3000, 50.0)])
+    write_run(tmp_path / "runs/ppo_cartpole/version_1", [(1000, 20.0), (2000, 50.0), (3000, 70.0)])
+    return tmp_path / "runs/ppo_cartpole"
+
+
+def test_two_seeds_make_a_png_with_mean_and_band(two_seeds, tmp_path):
+    out = tmp_path / "plots/curves.png"
+    fig = plot_learning_curves([two_seeds], out)
+    assert out.read_bytes()[:8] == PNG_MAGIC and out.stat().st_size > 10_000
+    (ax,) = fig.axes
+    (line,) = ax.get_lines()
+    assert line.get_label() == "ppo_cartpole (2 runs)"
+    assert line.get_xdata().tolist() == [1000, 2000, 3000] and line.get_ydata().tolist() == [15.0, 40.0, 60.0]
+    (band,) = ax.collections  # the min-max band
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == 10.0 and ys.max() == 70.0
+    assert ax.get_xlabel() == "env steps"
+
+
+def test_aggregate_interpolates_onto_the_common_range():
+    a = (np.array([0, 10, 20]), np.array([0.0, 10.0, 20.0]))
+    b = (np.array([5, 15, 25]), np.array([5.0, 5.0, 5.0]))
+    steps, mean, low, high = aggregate([a, b])
+    assert steps.tolist() == [5, 10, 15, 20]  # the union of points where both runs have data
+    assert mean.tolist() == [5.0, 7.5, 10.0, 12.5] and low.tolist() == [5.0] * 4 and high.tolist() == [5, 10, 15, 20]
+    _, mean, low, high = aggregate([a, b], spread="std")
+    assert np.allclose(high - mean, [0.0, 2.5, 5.0, 7.5]) and np.allclose(mean - low, high - mean)
+
+
+def test_a_resumed_run_keeps_the_latest_value_of_a_step(tmp_path):
+    write_run(tmp_path / "run", [(100, 1.0), (200, 2.0)])
+    write_run(tmp_path / "run", [(200, 5.0), (300, 6.0)])  # resumed from the checkpoint at step 100
+    assert find_runs(tmp_path) == [tmp_path / "run"]
+    steps, values = load_scalars(tmp_path / "run")
+    assert steps.tolist() == [100, 200, 300] and values.tolist() == [1.0, 5.0, 6.0]
+    with pytest.raises(KeyError, match="no scalar 'nope'"):
+        load_scalars(tmp_path / "run", "nope")
+
+
+def test_command_line_with_labels(two_seeds, tmp_path, capsys):
+    out = tmp_path / "cli.png"
+    main([f"PPO={two_seeds / 'version_0'}", f"PPO={two_seeds / 'version_1'}", "-o", str(out), "--spread", "std"])
+    assert out.read_bytes()[:8] == PNG_MAGIC and capsys.readouterr().out.strip() == str(out)
+    with pytest.raises(FileNotFoundError):
+        plot_learning_curves([tmp_path / "missing"])
