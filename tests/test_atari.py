@@ -128,3 +128,27 @@ def test_dqn_atari_config_smoke(env_id, tmp_path):
     assert "Replay buffer: 7.07 GB on cpu per rank (7072 bytes per transition)" in out.stderr
     ckpt = torch.load(tmp_path / "runs/dqn_atari/version_0/checkpoints/last.ckpt", weights_only=True)
     assert ckpt["rl_lightning"]["env_steps"] >= 400 and ckpt["hyper_parameters"]["env"]["env_id"] == env_id
+
+
+def test_ppo_atari_config_smoke(tmp_path):
+    # configs/ppo/atari.yaml end to end on a tiny budget: 2 envs x 32 steps, 4 rollouts, one evaluation.
+    args = ["fit", "--config", str(ROOT / "configs/ppo/atari.yaml"), "--model.env.num_envs", "2"]
+    args += ["--model.num_steps", "32", "--model.total_env_steps", "256", "--model.env_steps_per_epoch", "256"]
+    args += ["--model.eval_episodes", "1", "--model.env.env_kwargs", "{max_num_frames_per_episode: 2000}"]
+    out = subprocess.run(
+        [sys.executable, "-m", "rl_lightning.cli", *args, "--trainer.enable_progress_bar", "false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    ckpt = torch.load(tmp_path / "runs/ppo_atari/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert ckpt["rl_lightning"]["env_steps"] == 256
+    hp = ckpt["hyper_parameters"]
+    assert hp["env"]["env_id"] == "BreakoutNoFrameskip-v4" and hp["clip_coef"] == 0.1 and hp["ent_coef"] == 0.01
+    assert ckpt["global_step"] == 4 * 4 * 4  # 4 rollouts x 4 epochs x 4 minibatches
+    assert ckpt["state_dict"]["agent.encoder.cnn.0.weight"].shape == (32, 4, 8, 8)  # the shared Nature CNN
+    # The best-by-evaluation checkpoint exists: the evaluation episode ran and logged val/episode_return.
+    assert list((tmp_path / "runs/ppo_atari/version_0/checkpoints").glob("best-*.ckpt"))

@@ -76,4 +76,3 @@ def test_ppo_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
     opt_b = trainer.optimizers[0].state_dict()["state"]
     for k in opt_a:
         torch.testing.assert_close(opt_a[k]["exp_avg"], opt_b[k]["exp_avg"], rtol=0, atol=0)
-

@@ -28,6 +28,7 @@ from torch import Tensor
 from rl_lightning.data.rollout import Rollout, RolloutCollector
 from rl_lightning.envs.normalize import RunningMeanStd
 from rl_lightning.errors import check
+from rl_lightning.networks.cnn import is_image_space
 from rl_lightning.networks.mlp import ACTIVATIONS
 from rl_lightning.networks.policies import ActorCritic
 
@@ -49,6 +50,10 @@ class OnPolicyMixin:
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
+        check(
+            not (hp.normalize_obs and is_image_space(observation_space)),
+            "normalize_obs is for vector observations; image observations are scaled to [0, 1] by the CNN.",
+        )
         self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, self.uses_critic())
         self.obs_rms = RunningMeanStd(observation_space.shape) if hp.normalize_obs else None
         self.return_rms = RunningMeanStd(()) if hp.normalize_reward else None

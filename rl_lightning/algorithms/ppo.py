@@ -100,8 +100,9 @@ class PPO(OnPolicyMixin, RLModule):
         max_grad_norm: Global gradient-norm clipping threshold.
         target_kl: Stop the update epochs of a rollout early once the approximate KL exceeds this
             (checked after each epoch); ``None`` never stops.
-        hidden_sizes: Hidden layer widths of the actor and of the critic MLP.
-        activation: Hidden activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        hidden_sizes: Hidden layer widths of the actor and of the critic MLP (vector observations;
+            image observations get the shared Nature CNN instead).
+        activation: Hidden activation of the MLPs: ``tanh``, ``relu``, ``elu`` or ``silu``.
         normalize_obs: Normalize observations by running mean and std (statistics saved in
             checkpoints, frozen outside collection; ``forward`` takes raw observations).
         normalize_reward: Divide rewards by the running std of the discounted return (training only).

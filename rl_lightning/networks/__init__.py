@@ -1,6 +1,7 @@
+from rl_lightning.networks.cnn import NatureCNN
 from rl_lightning.networks.mlp import layer_init, mlp
 from rl_lightning.networks.policies import ActorCritic, CategoricalHead, DiagGaussianHead
-from rl_lightning.networks.q_networks import NatureCNN, QNetwork
+from rl_lightning.networks.q_networks import QNetwork
 from rl_lightning.networks.utils import polyak_update
 
 __all__ = [

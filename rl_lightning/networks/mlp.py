@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
 
+LayerT = TypeVar("LayerT", nn.Linear, nn.Conv2d)
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+def layer_init(layer: LayerT, std: float = math.sqrt(2), bias: float = 0.0) -> LayerT:
     """Orthogonal weights with gain ``std`` and constant bias (Engstrom et al. 2020, "Implementation
     Matters in Deep Policy Gradients"; the PPO defaults of baselines, SB3 and CleanRL)."""
     nn.init.orthogonal_(layer.weight, std)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
+from rl_lightning.networks.cnn import NatureCNN, is_image_space
 from rl_lightning.networks.mlp import Float32Linear, layer_init, mlp
 
 
@@ -94,16 +95,20 @@ def flat_obs_dim(space: gym.Space) -> int:
 
 
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs (no shared trunk: the SB3/CleanRL default for vector
-    observations) with a categorical or diagonal-Gaussian policy head.
+    """A policy head (categorical or diagonal Gaussian) and a value head on top of:
 
-    Observations reach the networks through ``_flat`` only: an image encoder (a shared CNN trunk
-    for Atari) replaces that one step.
+    - vector observations: separate actor and critic MLPs (no shared trunk: the SB3/CleanRL default);
+    - uint8 image stacks ``[C, H, W]`` (Atari): one shared ``NatureCNN`` encoder, orthogonally
+      initialized, with a linear policy head and a linear value head on its 512 features (Mnih et
+      al. 2016; the PPO-Atari network of baselines, SB3 and CleanRL). ``hidden_sizes`` and
+      ``activation`` are then unused.
+
+    Observations reach the networks through ``_encode`` only, the one step where the two differ.
 
     Args:
-        observation_space: A flat ``Box``.
+        observation_space: A ``Box``: flat vectors, or uint8 images ``[C, H, W]``.
         action_space: ``Discrete`` or ``Box``.
-        hidden_sizes: Hidden layer widths of both the actor and the critic.
+        hidden_sizes: Hidden layer widths of both the actor and the critic MLP.
         activation: Hidden activation, one of ``tanh``, ``relu``, ``elu``, ``silu``.
         critic: Build the value network; without one (REINFORCE without a baseline) ``value`` is 0.
     """
@@ -117,10 +122,17 @@ class ActorCritic(nn.Module):
         critic: bool = True,
     ) -> None:
         super().__init__()
-        obs_dim = flat_obs_dim(observation_space)
-        self.actor_body = mlp(obs_dim, hidden_sizes, activation=activation)
-        self.critic = mlp(obs_dim, hidden_sizes, 1, activation=activation, out_std=1.0) if critic else None
-        feat_dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+        if is_image_space(observation_space):
+            self.encoder: NatureCNN | None = NatureCNN(observation_space, orthogonal_init=True)
+            feat_dim = self.encoder.features_dim
+            self.actor_body: nn.Module = nn.Identity()
+            self.critic = mlp(feat_dim, (), 1, out_std=1.0) if critic else None
+        else:
+            self.encoder = None
+            obs_dim = flat_obs_dim(observation_space)
+            self.actor_body = mlp(obs_dim, hidden_sizes, activation=activation)
+            self.critic = mlp(obs_dim, hidden_sizes, 1, activation=activation, out_std=1.0) if critic else None
+            feat_dim = hidden_sizes[-1] if hidden_sizes else obs_dim
         if isinstance(action_space, gym.spaces.Discrete):
             self.head: CategoricalHead | DiagGaussianHead = CategoricalHead(feat_dim, int(action_space.n))
         elif isinstance(action_space, gym.spaces.Box):
@@ -128,31 +140,31 @@ class ActorCritic(nn.Module):
         else:
             raise ConfigError(f"Action space {action_space} is not supported by ActorCritic.")
 
-    def _flat(self, obs: Tensor) -> Tensor:
-        return obs.flatten(1).float()
+    def _encode(self, obs: Tensor) -> Tensor:
+        return self.encoder(obs) if self.encoder is not None else obs.flatten(1).float()
 
     def _value(self, x: Tensor) -> Tensor:
         return self.critic(x).squeeze(-1) if self.critic is not None else x.new_zeros(x.shape[0])
 
     def value(self, obs: Tensor) -> Tensor:
-        return self._value(self._flat(obs))
+        return self._value(self._encode(obs))
 
     def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions for collection: ``(actions, log_probs, values)``."""
-        x = self._flat(obs)
+        x = self._encode(obs)
         params = self.head(self.actor_body(x))
         actions = self.head.sample(params)
         return actions, self.head.log_prob(params, actions), self._value(x)
 
     def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """For the loss: ``(log_probs, entropies, values)`` of given actions."""
-        x = self._flat(obs)
+        x = self._encode(obs)
         params = self.head(self.actor_body(x))
         return self.head.log_prob(params, actions), self.head.entropy(params), self._value(x)
 
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         """Actions for acting (evaluation, deployment): the mode, or a sample."""
-        params = self.head(self.actor_body(self._flat(obs)))
+        params = self.head(self.actor_body(self._encode(obs)))
         return self.head.mode(params) if deterministic else self.head.sample(params)
 
     def compile(self, *args, **kwargs) -> None:

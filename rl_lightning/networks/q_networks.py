@@ -1,5 +1,5 @@
-"""Q-networks for discrete actions: an MLP for vector observations, the Nature CNN for stacked frames,
-and an optional dueling head.
+"""Q-networks for discrete actions: an MLP for vector observations, the Nature CNN (``cnn.py``) for
+stacked frames, and an optional dueling head.
 
 Initialization is PyTorch's default (as in SB3's and CleanRL's DQN), not the orthogonal one of the
 policy-gradient networks.
@@ -9,37 +9,11 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
+from rl_lightning.networks.cnn import NatureCNN, is_image_space
 from rl_lightning.networks.mlp import ACTIVATIONS
-
-
-class NatureCNN(nn.Module):
-    """The convolutional torso of Mnih et al. 2015 ("Human-level control through deep reinforcement
-    learning"): 32 8x8/4, 64 4x4/2, 64 3x3/1, then a 512-unit linear layer, ReLU throughout. Takes
-    uint8 frames ``[B, C, H, W]`` and scales them to [0, 1] inside."""
-
-    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 512) -> None:
-        super().__init__()
-        channels = observation_space.shape[0]
-        self.cnn = nn.Sequential(
-            nn.Conv2d(channels, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
-        with torch.no_grad():
-            n_flat = self.cnn(torch.zeros(1, *observation_space.shape)).shape[1]
-        self.linear = nn.Sequential(nn.Linear(n_flat, features_dim), nn.ReLU())
-        self.features_dim = features_dim
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.linear(self.cnn(obs.float() / 255.0))
 
 
 class MLPTorso(nn.Module):
@@ -58,10 +32,6 @@ class MLPTorso(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         return self.net(obs.float())
-
-
-def is_image_space(space: gym.Space) -> bool:
-    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
 
 class QNetwork(nn.Module):
