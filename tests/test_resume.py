@@ -11,9 +11,10 @@ episodes end exactly at the checkpoint: there, interrupted and uninterrupted run
 import gymnasium as gym
 import lightning as L
 import numpy as np
+import pytest
 import torch
 
-from rl_lightning import PPO, EnvConfig
+from rl_lightning import DQN, PPO, SAC, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from tests.conftest import quick_trainer
 
@@ -38,7 +39,19 @@ class Corridor(gym.Env):
         return self._obs(), float(action == 1), False, self.t >= 16, {}
 
 
+class SlidingCorridor(Corridor):
+    """The same corridor with a continuous push in [-1, 1] (for SAC, TD3, DDPG)."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def step(self, action):
+        self.t += 1
+        self.x = min(max(self.x + 0.1 * float(action[0]), 0.0), 1.0)
+        return self._obs(), float(action[0]), False, self.t >= 16, {}
+
+
 gym.register("test/Corridor-v0", entry_point=Corridor)
+gym.register("test/SlidingCorridor-v0", entry_point=SlidingCorridor)
 
 
 def ppo(total: int) -> PPO:
@@ -76,3 +89,47 @@ def test_ppo_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
     opt_b = trainer.optimizers[0].state_dict()["state"]
     for k in opt_a:
         torch.testing.assert_close(opt_a[k]["exp_avg"], opt_b[k]["exp_avg"], rtol=0, atol=0)
+
+
+def off_policy(cls: type, total: int) -> DQN | SAC:
+    # 2 envs: the 32-vector-step warm-up plus epochs of 128 vector steps end every 16-step episode at
+    # an epoch end, where the checkpoint is written.
+    env_id = "test/Corridor-v0" if cls is DQN else "test/SlidingCorridor-v0"
+    return cls(
+        env=EnvConfig(env_id, num_envs=2, seed=0),
+        total_env_steps=total,
+        buffer_size=2000,
+        batch_size=16,
+        learning_starts=64,
+        train_freq=4,
+        gradient_steps=2,
+        hidden_sizes=(16,),
+        env_steps_per_epoch=256,
+        eval_episodes=2,
+        save_replay_buffer=True,
+    )
+
+
+@pytest.mark.parametrize("cls", [DQN, SAC])
+def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, tmp_path):
+    L.seed_everything(0)
+    straight = off_policy(cls, 1024)
+    quick_trainer().fit(straight)
+
+    L.seed_everything(0)
+    interrupted = off_policy(cls, 1024)
+    cb = LastCheckpoint(dirpath=tmp_path)
+    quick_trainer(max_epochs=2, callbacks=[cb], enable_checkpointing=True).fit(interrupted)
+    assert interrupted.env_steps == 576  # 64 warm-up + 2 x 256: episodes end here
+    torch.manual_seed(123)
+    resumed = off_policy(cls, 1024)
+    quick_trainer().fit(resumed, ckpt_path=tmp_path / "last.ckpt")
+
+    assert resumed.env_steps == straight.env_steps == 1024
+    for a, b in zip(straight.state_dict().values(), resumed.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # The same transitions were collected after the resume (valid rows: those sampling reads).
+    valid = torch.from_numpy(straight.replay.valid)
+    assert torch.equal(valid, torch.from_numpy(resumed.replay.valid))
+    assert torch.equal(straight.replay.frames[valid], resumed.replay.frames[valid])
+    assert torch.equal(straight.replay.actions[valid], resumed.replay.actions[valid])

@@ -32,9 +32,9 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from rl_lightning.algorithms import off_policy
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.data.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer, ReplayCollector
 from rl_lightning.envs.atari import FRAME_STACK, is_atari
@@ -225,29 +225,14 @@ class DQN(RLModule):
 
     def _make_replay(self) -> ReplayBuffer:
         hp = self.hparams
-        device = torch.device("cpu") if hp.buffer_on_cpu else self.device
-        kwargs: dict[str, Any] = dict(
-            buffer_size=hp.buffer_size,
-            num_envs=self.env_config.num_envs,
-            observation_space=self.observation_space,
-            action_space=self.action_space,
-            device=device,
+        return off_policy.make_replay(
+            self,
+            PrioritizedReplayBuffer if hp.prioritized_replay else ReplayBuffer,
             n_step=hp.n_step,
             gamma=hp.gamma,
             frame_stack=FRAME_STACK if is_atari(self.env_config.env_id) else 1,
+            **({"alpha": hp.prioritized_replay_alpha} if hp.prioritized_replay else {}),
         )
-        if hp.prioritized_replay:
-            replay: ReplayBuffer = PrioritizedReplayBuffer(**kwargs, alpha=hp.prioritized_replay_alpha)
-        else:
-            replay = ReplayBuffer(**kwargs)
-        rank_zero_info(
-            f"Replay buffer: {replay.nbytes / 1e9:.2f} GB on {device} per rank "
-            f"({replay.nbytes / (replay.rows * replay.num_envs):.0f} bytes per transition)."
-        )
-        if self._replay_state is not None:
-            replay.load_state_dict(self._replay_state)
-            self._replay_state = None
-        return replay
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

@@ -97,13 +97,26 @@ def collection_phases(module: Any, explore: Callable[[Tensor], Tensor]) -> Itera
         yield collected
 
 
-def make_replay(module: Any) -> ReplayBuffer:
+def make_replay(module: Any, buffer_class: type[ReplayBuffer] = ReplayBuffer, **kwargs: Any) -> ReplayBuffer:
+    """The module's replay buffer (on the host with ``buffer_on_cpu``), restored from a checkpoint if
+    one was loaded. Its sampling RNG is seeded from ``rank_seed``, not drawn from torch's global RNG:
+    a resumed run builds its buffer after the checkpoint restored that RNG, and a draw there would
+    make it differ from the uninterrupted run."""
     hp = module.hparams
     device = torch.device("cpu") if hp.buffer_on_cpu else module.device
-    replay = ReplayBuffer(
-        hp.buffer_size, module.env_config.num_envs, module.observation_space, module.action_space, device
+    replay = buffer_class(
+        buffer_size=hp.buffer_size,
+        num_envs=module.env_config.num_envs,
+        observation_space=module.observation_space,
+        action_space=module.action_space,
+        device=device,
+        seed=module.rank_seed,
+        **kwargs,
     )
-    rank_zero_info(f"Replay buffer: {replay.nbytes / 1e9:.3f} GB on {device} per rank.")
+    rank_zero_info(
+        f"Replay buffer: {replay.nbytes / 1e9:.2f} GB on {device} per rank "
+        f"({replay.nbytes / (replay.rows * replay.num_envs):.0f} bytes per transition)."
+    )
     if module._replay_state is not None:
         replay.load_state_dict(module._replay_state)
         module._replay_state = None
