@@ -21,7 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fit(cwd: Path, budget: int, resume: bool) -> subprocess.Popen:
+def fit(cwd: Path, budget: int, resume: bool, log: Path) -> subprocess.Popen:
     args = [
         sys.executable,
         "-m",
@@ -41,7 +41,13 @@ def fit(cwd: Path, budget: int, resume: bool) -> subprocess.Popen:
     if resume:
         args += ["--ckpt_path", "last"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with log.open("w") as err:  # a file, not a pipe: a killed child's pipe would need draining
+        return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+
+
+def restored(log: Path) -> bool:
+    """Lightning logs this line once it has loaded every state from the checkpoint."""
+    return "Restored all states from the checkpoint" in log.read_text()
 
 
 def readable(ckpt_dir: Path) -> tuple[int, int]:
@@ -67,37 +73,46 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kill_resume_"))
     ckpt_dir = work / "runs/ppo_cartpole/version_0/checkpoints"
     last = ckpt_dir / "last.ckpt"
-    proc = fit(work, args.budget, resume=False)
+    proc = fit(work, args.budget, resume=False, log=work / "fit_0.log")
     while not last.exists():  # the run exists once it has a first checkpoint
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert proc.poll() is None, (work / "fit_0.log").read_text()[-2000:]
         time.sleep(0.2)
-    unreadable, regressions = 0, 0
+    unreadable = regressions = resumed = progressed = kills = 0
     for k in range(args.kills):
         before = torch.load(last, weights_only=True)["rl_lightning"]["env_steps"]
+        log = work / f"fit_{k}.log"
         if k > 0:
-            proc = fit(work, args.budget, resume=True)
+            proc = fit(work, args.budget, resume=True, log=log)
         time.sleep(rng.uniform(0.5, 15.0))  # anywhere: start-up, collection, training, evaluation, saving
         if proc.poll() is not None:
             print(f"kill {k}: run already finished (rc {proc.returncode})")
             break
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        kills += 1
         n, ok = readable(ckpt_dir)
         unreadable += n - ok
         after = torch.load(last, weights_only=True)["rl_lightning"]["env_steps"]
         regressions += int(after < before)
-        print(f"kill {k}: env steps in last.ckpt {before} -> {after}; checkpoints readable {ok}/{n}", flush=True)
-    proc = fit(work, args.budget, resume=True)
-    _, err = proc.communicate()
+        progressed += int(after > before)
+        if k > 0:
+            resumed += int(restored(log))
+        state = "resumed" if k > 0 and restored(log) else ("first run" if k == 0 else "killed before restoring")
+        print(f"kill {k}: {state}; env steps in last.ckpt {before} -> {after}; checkpoints readable {ok}/{n}")
+    final_log = work / "fit_final.log"
+    proc = fit(work, args.budget, resume=True, log=final_log)
+    proc.wait()
     final = torch.load(last, weights_only=True)["rl_lightning"]["env_steps"]
     print(f"final resume: rc {proc.returncode}, env steps {final} of {args.budget}")
     if proc.returncode != 0:
-        print(err[-2000:])
+        print(final_log.read_text()[-2000:])
     runs = sorted(p.name for p in (work / "runs/ppo_cartpole").iterdir())
+    restarts = kills  # the kills - 1 killed restarts after the first run, plus the final one
     print(
-        f"\n{args.kills} kills: {unreadable} unreadable checkpoints, {regressions} regressions of last.ckpt, "
-        f"run directories {runs} (one means every restart resumed the same run), "
-        f"budget {'finished' if final >= args.budget else 'NOT finished'}"
+        f"\n{kills} kills: {resumed + restored(final_log)}/{restarts} restarts restored the checkpoint, "
+        f"{progressed}/{kills} kills came after new progress was saved, {unreadable} unreadable checkpoints, "
+        f"{regressions} regressions of last.ckpt, run directories {runs} (one: every restart continued the "
+        f"same run), budget {'finished' if final >= args.budget else 'NOT finished'}"
     )
 
 
