@@ -53,6 +53,12 @@ class CategoricalHead(nn.Module):
         logp = logits.float().log_softmax(-1)
         return -(logp.exp() * logp).sum(-1)
 
+    @staticmethod
+    def log_prob_entropy(logits: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Both from one ``log_softmax`` (the loss needs both on every minibatch)."""
+        logp = logits.float().log_softmax(-1)
+        return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
 
 class DiagGaussianHead(nn.Module):
     """Diagonal Gaussian with a state-independent, learned log standard deviation (PPO's default
@@ -86,6 +92,10 @@ class DiagGaussianHead(nn.Module):
     def entropy(params: tuple[Tensor, Tensor]) -> Tensor:
         _, log_std = params
         return (log_std.float() + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+    @classmethod
+    def log_prob_entropy(cls, params: tuple[Tensor, Tensor], actions: Tensor) -> tuple[Tensor, Tensor]:
+        return cls.log_prob(params, actions), cls.entropy(params)
 
 
 def flat_obs_dim(space: gym.Space) -> int:
@@ -160,7 +170,7 @@ class ActorCritic(nn.Module):
         """For the loss: ``(log_probs, entropies, values)`` of given actions."""
         x = self._encode(obs)
         params = self.head(self.actor_body(x))
-        return self.head.log_prob(params, actions), self.head.entropy(params), self._value(x)
+        return *self.head.log_prob_entropy(params, actions), self._value(x)
 
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         """Actions for acting (evaluation, deployment): the mode, or a sample."""

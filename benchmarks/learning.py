@@ -1,0 +1,143 @@
+"""Learning results: every shipped classic-control config, trained to its own budget for several seeds.
+
+    python benchmarks/learning.py                              # all configs, seeds 0 1 2, 2 runs at a time
+    python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
+
+Each run is a fresh subprocess with one torch thread, trained exactly as `rl-lightning fit --config
+configs/<name>.yaml --seed_everything SEED` would (the config's model arguments; Lightning Trainer),
+except that every evaluation plays 20 deterministic episodes. Reported per run: the final and best
+evaluation return, the env steps and training time (evaluation excluded) to the first evaluation at
+or above the threshold (the published target of the issue tracker: gymnasium's CartPole threshold,
+SB3-zoo levels for Pendulum), and the whole fit's wall time. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_EPISODES = 20
+
+# config -> the return a solved run reaches at least (deterministic evaluation, 20 episodes)
+THRESHOLDS: dict[str, float] = {
+    "ppo/cartpole": 475,
+    "a2c/cartpole": 475,
+    "reinforce/cartpole": 400,
+    "dqn/cartpole": 475,
+    "sac/pendulum": -200,
+    "td3/pendulum": -200,
+    "ddpg/pendulum": -200,
+    "ppo/pendulum": -250,
+}
+
+
+def run(config: str, seed: int) -> dict[str, Any]:
+    import lightning as L
+    import yaml
+    from lightning.pytorch.callbacks import Callback
+
+    from rl_lightning.envs import EnvConfig
+
+    cfg = yaml.safe_load((ROOT / f"configs/{config}.yaml").read_text())["model"]
+    module_path, cls_name = cfg["class_path"].rsplit(".", 1)
+    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
+    init = dict(cfg["init_args"])
+    init["env"] = EnvConfig(**init["env"])
+    init["eval_episodes"] = EVAL_EPISODES
+
+    class Clock(Callback):
+        def __init__(self) -> None:
+            self.t0, self.eval_time, self.curve = time.perf_counter(), 0.0, []
+
+        def on_validation_start(self, trainer, pl_module) -> None:
+            self.v0 = time.perf_counter()
+
+        def on_validation_end(self, trainer, pl_module) -> None:
+            ret = float(trainer.callback_metrics["val/episode_return"])
+            self.curve.append((self.v0 - self.t0 - self.eval_time, pl_module.env_steps, ret))
+            self.eval_time += time.perf_counter() - self.v0
+
+    L.seed_everything(seed, verbose=False)
+    model = cls(**init)
+    clock = Clock()
+    trainer = L.Trainer(
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[clock],
+    )
+    trainer.fit(model)
+    wall = time.perf_counter() - clock.t0
+    threshold = THRESHOLDS[config]
+    solved = next(((t, s) for t, s, r in clock.curve if r >= threshold), (None, None))
+    return {
+        "config": config,
+        "seed": seed,
+        "env_steps": model.env_steps,
+        "final": round(clock.curve[-1][2], 1),
+        "best": round(max(r for _, _, r in clock.curve), 1),
+        "solve_steps": solved[1],
+        "solve_s": None if solved[0] is None else round(solved[0], 1),
+        "wall_s": round(wall, 1),
+    }
+
+
+def launch(config: str, seed: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", config, str(seed)], capture_output=True, text=True, env=env, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{config} seed {seed} failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", default=",".join(THRESHOLDS), help=f"comma-separated, from {list(THRESHOLDS)}")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
+    p.add_argument("--json", type=Path, help="also write all results here")
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        import torch
+
+        torch.set_num_threads(1)
+        print(json.dumps(run(args.child[0], int(args.child[1]))))
+        return
+
+    jobs = [(c, s) for c in args.configs.split(",") for s in args.seeds]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(lambda job: launch(*job), jobs))
+    print(
+        "\n| config | threshold | seed | env steps | final eval | best eval | first >= threshold at "
+        "| train s to it | fit wall s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        steps = "-" if r["solve_steps"] is None else f"{r['solve_steps']:,}"
+        print(
+            f"| `configs/{r['config']}.yaml` | {THRESHOLDS[r['config']]:g} | {r['seed']} | {r['env_steps']:,} | "
+            f"{r['final']} | {r['best']} | {steps} | "
+            f"{'-' if r['solve_s'] is None else r['solve_s']} | {r['wall_s']} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
