@@ -135,21 +135,29 @@ SPECS: dict[str, Spec] = {
 
 # ------------------------------------------------------------------------------------------ runners
 def run_ours(spec: Spec, seed: int) -> dict[str, Any]:
+    env_steps, curve, train_time = fit_config(
+        spec.config, seed, total_env_steps=spec.total_env_steps, env_steps_per_epoch=spec.eval_every
+    )
+    return summarize(curve, spec, env_steps, train_time)
+
+
+def fit_config(config: str, seed: int, **overrides: Any) -> tuple[int, list[tuple[float, int, float]], float]:
+    """Train ``config`` (a YAML path) as ``rl-lightning fit`` would, with ``EVAL_EPISODES`` evaluation
+    episodes and ``overrides`` of its model arguments. Returns ``(env steps, curve, training time)``:
+    the curve has ``(training s, env steps, eval return)`` per evaluation; evaluation time is excluded."""
     import lightning as L
     import yaml
 
-    from rl_lightning.algorithms.base import RLModule
-
-    cfg = yaml.safe_load((ROOT / spec.config).read_text())["model"]
-    module_path, cls_name = cfg["class_path"].rsplit(".", 1)
-    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
     from rl_lightning.envs import EnvConfig
 
+    cfg = yaml.safe_load((ROOT / config).read_text())["model"]
+    module_path, cls_name = cfg["class_path"].rsplit(".", 1)
+    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
     init = dict(cfg["init_args"])
     init["env"] = EnvConfig(**init["env"])
-    init.update(total_env_steps=spec.total_env_steps, env_steps_per_epoch=spec.eval_every, eval_episodes=EVAL_EPISODES)
+    init.update(eval_episodes=EVAL_EPISODES, **overrides)
     L.seed_everything(seed, verbose=False)
-    model: RLModule = cls(**init)
+    model = cls(**init)
     clock = EvalClock()
     trainer = L.Trainer(
         max_epochs=-1,
@@ -163,7 +171,7 @@ def run_ours(spec: Spec, seed: int) -> dict[str, Any]:
     )
     clock.start()
     trainer.fit(model)
-    return clock.result(spec, model.env_steps)
+    return model.env_steps, clock.curve, clock.train_time()
 
 
 class EvalClock:
@@ -185,9 +193,8 @@ class EvalClock:
                 ret = float(trainer.callback_metrics["val/episode_return"])
                 self.curve.append((self.v0 - self.t0 - (self.eval_time - (now - self.v0)), pl_module.env_steps, ret))
 
-            def result(self, spec: Spec, env_steps: int) -> dict[str, Any]:
-                train_time = time.perf_counter() - self.t0 - self.eval_time
-                return summarize(self.curve, spec, env_steps, train_time)
+            def train_time(self) -> float:
+                return time.perf_counter() - self.t0 - self.eval_time
 
         return _EvalClock()
 

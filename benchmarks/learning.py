@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL_EPISODES = 20
+sys.path.insert(0, str(ROOT / "benchmarks"))  # compare.fit_config: the same training path as compare.py
 
 # config -> the return a solved run reaches at least (deterministic evaluation, 20 episodes)
 THRESHOLDS: dict[str, float] = {
@@ -40,56 +40,21 @@ THRESHOLDS: dict[str, float] = {
 
 
 def run(config: str, seed: int) -> dict[str, Any]:
-    import lightning as L
-    import yaml
-    from lightning.pytorch.callbacks import Callback
+    import lightning  # noqa: F401  (imports stay outside the wall clock)
+    from compare import fit_config
 
-    from rl_lightning.envs import EnvConfig
-
-    cfg = yaml.safe_load((ROOT / f"configs/{config}.yaml").read_text())["model"]
-    module_path, cls_name = cfg["class_path"].rsplit(".", 1)
-    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
-    init = dict(cfg["init_args"])
-    init["env"] = EnvConfig(**init["env"])
-    init["eval_episodes"] = EVAL_EPISODES
-
-    class Clock(Callback):
-        def __init__(self) -> None:
-            self.t0, self.eval_time, self.curve = time.perf_counter(), 0.0, []
-
-        def on_validation_start(self, trainer, pl_module) -> None:
-            self.v0 = time.perf_counter()
-
-        def on_validation_end(self, trainer, pl_module) -> None:
-            ret = float(trainer.callback_metrics["val/episode_return"])
-            self.curve.append((self.v0 - self.t0 - self.eval_time, pl_module.env_steps, ret))
-            self.eval_time += time.perf_counter() - self.v0
-
-    L.seed_everything(seed, verbose=False)
-    model = cls(**init)
-    clock = Clock()
-    trainer = L.Trainer(
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[clock],
-    )
-    trainer.fit(model)
-    wall = time.perf_counter() - clock.t0
-    threshold = THRESHOLDS[config]
-    solved = next(((t, s) for t, s, r in clock.curve if r >= threshold), (None, None))
+    t0 = time.perf_counter()
+    env_steps, curve, _ = fit_config(f"configs/{config}.yaml", seed)
+    solved = next(((t, s) for t, s, r in curve if r >= THRESHOLDS[config]), (None, None))
     return {
         "config": config,
         "seed": seed,
-        "env_steps": model.env_steps,
-        "final": round(clock.curve[-1][2], 1),
-        "best": round(max(r for _, _, r in clock.curve), 1),
+        "env_steps": env_steps,
+        "final": round(curve[-1][2], 1),
+        "best": round(max(r for _, _, r in curve), 1),
         "solve_steps": solved[1],
         "solve_s": None if solved[0] is None else round(solved[0], 1),
-        "wall_s": round(wall, 1),
+        "wall_s": round(time.perf_counter() - t0, 1),
     }
 
 

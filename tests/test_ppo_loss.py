@@ -47,12 +47,23 @@ def test_heads_agree_with_torch_distributions():
     ref = Categorical(logits=logits)
     torch.testing.assert_close(CategoricalHead.log_prob(logits, actions), ref.log_prob(actions))
     torch.testing.assert_close(CategoricalHead.entropy(logits), ref.entropy())
+    # What ActorCritic.evaluate calls: both from one log_softmax.
+    for got, want in zip(
+        CategoricalHead.log_prob_entropy(logits, actions), (ref.log_prob(actions), ref.entropy()), strict=True
+    ):
+        torch.testing.assert_close(got, want)
 
     mean, log_std = torch.randn(16, 3), torch.randn(16, 3) * 0.5
     a = torch.randn(16, 3)
     ref_n = Normal(mean, log_std.exp())
     torch.testing.assert_close(DiagGaussianHead.log_prob((mean, log_std), a), ref_n.log_prob(a).sum(-1))
     torch.testing.assert_close(DiagGaussianHead.entropy((mean, log_std)), ref_n.entropy().sum(-1))
+    for got, want in zip(
+        DiagGaussianHead.log_prob_entropy((mean, log_std), a),
+        (ref_n.log_prob(a).sum(-1), ref_n.entropy().sum(-1)),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)
 
 
 def test_gumbel_max_sampling_follows_softmax():

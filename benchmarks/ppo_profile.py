@@ -1,0 +1,121 @@
+"""Where a PPO CartPole update's time goes (configs/ppo/cartpole.yaml, one torch thread).
+
+    python benchmarks/ppo_profile.py
+
+1. Through ``Trainer.fit`` (50k env steps, no evaluation): timers around ``collect_rollout`` and
+   ``training_step``; the rest is Lightning's loop, logging and GAE.
+2. The same update in a bare loop on random data, cumulatively: forward + loss, + backward,
+   + gradient clipping, + fused Adam.
+3. The activation: ``torch.tanh`` vs ``torch.sigmoid`` on one 256x64 hidden layer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import torch
+
+from rl_lightning import PPO, EnvConfig
+from rl_lightning.algorithms.ppo import ppo_loss
+from rl_lightning.networks import ActorCritic
+
+CARTPOLE = dict(num_steps=32, learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, update_epochs=20, num_minibatches=1)
+
+
+def per_call_us(f, n: int = 300) -> float:
+    for _ in range(30):
+        f()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def in_fit(env_steps: int = 50_000) -> None:
+    acc = {"collect": 0.0, "train": 0.0, "n": 0}
+
+    class Timed(PPO):
+        def collect_rollout(self):
+            t0 = time.perf_counter()
+            out = super().collect_rollout()
+            acc["collect"] += time.perf_counter() - t0
+            return out
+
+        def training_step(self, batch, batch_idx):
+            t0 = time.perf_counter()
+            out = super().training_step(batch, batch_idx)
+            acc["train"] += time.perf_counter() - t0
+            acc["n"] += 1
+            return out
+
+    L.seed_everything(0, verbose=False)
+    model = Timed(
+        env=EnvConfig("CartPole-v1", num_envs=8),
+        total_env_steps=env_steps,
+        env_steps_per_epoch=10**9,
+        eval_episodes=1,
+        **CARTPOLE,
+    )
+    trainer = L.Trainer(
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=10,
+    )
+    t0 = time.perf_counter()
+    trainer.fit(model)
+    wall, n, updates = time.perf_counter() - t0, acc["n"], CARTPOLE["update_epochs"]
+    print(f"fit: {model.env_steps / wall:,.0f} env steps/s; per rollout: collect {acc['collect'] / n * 1e3:.2f} ms, ")
+    print(
+        f"  training_step {acc['train'] / n * 1e3:.2f} ms ({acc['train'] / n / updates * 1e6:.0f} us per update), "
+        f"rest {(wall - acc['collect'] - acc['train']) / n * 1e3:.2f} ms"
+    )
+
+
+def bare_update(batch: int = 256) -> None:
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    agent = ActorCritic(obs_space, gym.spaces.Discrete(2))
+    opt = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5, fused=True)
+    obs, actions = torch.randn(batch, 4), torch.randint(0, 2, (batch,))
+    old_logp, adv, values, returns = (
+        torch.randn(batch) * 0.1 - 0.7,
+        torch.randn(batch),
+        torch.randn(batch),
+        torch.randn(batch),
+    )
+
+    def loss():
+        logp, ent, v = agent.evaluate(obs, actions)
+        return ppo_loss(logp, old_logp, adv, v, values, returns, ent, 0.2, False, 0.0, 0.5).loss
+
+    def backward():
+        opt.zero_grad()
+        loss().backward()
+
+    def clip():
+        backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
+
+    def step():
+        clip()
+        opt.step()
+
+    for name, f in (("forward + loss", loss), ("+ backward", backward), ("+ clip", clip), ("+ fused Adam", step)):
+        print(f"bare update, {name}: {per_call_us(f):.0f} us")
+    x = torch.randn(batch, 64)
+    print(
+        f"256x64: torch.tanh {per_call_us(lambda: torch.tanh(x), 2000):.1f} us, "
+        f"torch.sigmoid {per_call_us(lambda: torch.sigmoid(x), 2000):.1f} us"
+    )
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    in_fit()
+    bare_update()
