@@ -3,6 +3,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
 
     python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
+    python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
 
 Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
 Reported per run: training env-steps/s (evaluation time excluded), wall time to the first evaluation
@@ -109,6 +110,18 @@ SPECS: dict[str, Spec] = {
         threshold=-200,
         sb3_algo="SAC",
         sb3_kwargs=dict(learning_rate=1e-3),
+        n_envs=1,
+    ),
+    # MuJoCo (needs the mujoco extra): return after 100k env steps with the zoo's hyperparameters
+    # (learning_starts 10k, SB3's defaults otherwise, which are also ours). ~20 min per library here.
+    "sac_halfcheetah": Spec(
+        config="configs/sac/halfcheetah.yaml",
+        env_id="HalfCheetah-v5",
+        total_env_steps=100_000,
+        eval_every=10_000,
+        threshold=3000,
+        sb3_algo="SAC",
+        sb3_kwargs=dict(learning_starts=10_000),
         n_envs=1,
     ),
     "td3": Spec(

@@ -11,11 +11,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
-from rl_lightning.errors import CollectionError, DivergenceError
+from rl_lightning.callbacks.checkpoint import ReplaySideFileIO
+from rl_lightning.errors import CollectionError, ConfigError, DivergenceError
 from tests.conftest import quick_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,3 +225,51 @@ def test_every_checkpoint_loads_with_weights_only(algo, tmp_path):
         assert ckpt["rl_lightning"]["env_steps"] > 0
     restored = type(model).load_from_checkpoint(tmp_path / "last.ckpt")
     assert restored.env_steps == model.env_steps
+
+
+class FailingIO(TorchCheckpointIO):
+    """A kill between writing the replay side file and writing the checkpoint."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        raise KeyboardInterrupt
+
+
+def replay_checkpoint(env_steps: int) -> dict:
+    return {"rl_lightning": {"env_steps": env_steps, "replay_buffer": {"obs": torch.full((4,), float(env_steps))}}}
+
+
+def test_replay_side_file_survives_a_kill_and_follows_its_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 1)
+    io, last = ReplaySideFileIO(TorchCheckpointIO()), tmp_path / "last.ckpt"
+    io.save_checkpoint(replay_checkpoint(100), last)
+    io.save_checkpoint(replay_checkpoint(200), last)
+    assert [p.name for p in tmp_path.glob("*.replay-*")] == ["last.ckpt.replay-000000000200.pt"]
+    assert "replay_buffer" not in torch.load(last, weights_only=True)["rl_lightning"]  # small checkpoint
+
+    # Killed after the side file of step 300, before the checkpoint: last.ckpt still loads step 200's.
+    with pytest.raises(KeyboardInterrupt):
+        ReplaySideFileIO(FailingIO()).save_checkpoint(replay_checkpoint(300), last)
+    state = io.load_checkpoint(last)["rl_lightning"]
+    assert state["env_steps"] == 200 and torch.equal(state["replay_buffer"]["obs"], torch.full((4,), 200.0))
+    io.save_checkpoint(replay_checkpoint(400), last)  # the next save prunes the orphan
+    assert [p.name for p in tmp_path.glob("*.replay-*")] == ["last.ckpt.replay-000000000400.pt"]
+
+    # Small buffers stay inline (and leave no side file behind).
+    monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 10**9)
+    io.save_checkpoint(replay_checkpoint(500), last)
+    assert "replay_buffer" in torch.load(last, weights_only=True)["rl_lightning"]
+    assert not list(tmp_path.glob("*.replay-*"))
+
+    monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 1)
+    io.save_checkpoint(replay_checkpoint(600), tmp_path / "epoch=1.ckpt")
+    io.remove_checkpoint(tmp_path / "epoch=1.ckpt")  # as ModelCheckpoint drops one out of its top k
+    assert not list(tmp_path.glob("epoch=1*"))
+
+
+def test_missing_replay_side_file_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 1)
+    io = ReplaySideFileIO(TorchCheckpointIO())
+    io.save_checkpoint(replay_checkpoint(100), tmp_path / "last.ckpt")
+    (tmp_path / "last.ckpt.replay-000000000100.pt").unlink()
+    with pytest.raises(ConfigError, match=r"replay buffer in .*last\.ckpt\.replay-000000000100\.pt, which is missing"):
+        io.load_checkpoint(tmp_path / "last.ckpt")

@@ -16,6 +16,7 @@ import torch
 
 from rl_lightning import DQN, PPO, SAC, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.callbacks.checkpoint import ReplaySideFileIO
 from tests.conftest import quick_trainer
 
 
@@ -110,8 +111,11 @@ def off_policy(cls: type, total: int) -> DQN | SAC:
     )
 
 
+@pytest.mark.parametrize("side_file", [False, True], ids=["inline", "side-file"])
 @pytest.mark.parametrize("cls", [DQN, SAC])
-def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, tmp_path):
+def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, side_file, tmp_path, monkeypatch):
+    # A buffer of at least ReplaySideFileIO.min_bytes goes to a file next to the checkpoint.
+    monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 0 if side_file else 2**62)
     L.seed_everything(0)
     straight = off_policy(cls, 1024)
     quick_trainer().fit(straight)
@@ -121,6 +125,13 @@ def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, tmp_path):
     cb = LastCheckpoint(dirpath=tmp_path)
     quick_trainer(max_epochs=2, callbacks=[cb], enable_checkpointing=True).fit(interrupted)
     assert interrupted.env_steps == 576  # 64 warm-up + 2 x 256: episodes end here
+    state = torch.load(tmp_path / "last.ckpt", weights_only=True)["rl_lightning"]
+    sides = [p.name for p in tmp_path.glob("*.replay-*.pt")]
+    if side_file:  # only the newest step's file is left, and the checkpoint names it
+        assert "replay_buffer" not in state and sides == [state["replay_buffer_file"]]
+        assert sides == ["last.ckpt.replay-000000000576.pt"]
+    else:
+        assert "replay_buffer" in state and not sides
     torch.manual_seed(123)
     resumed = off_policy(cls, 1024)
     quick_trainer().fit(resumed, ckpt_path=tmp_path / "last.ckpt")

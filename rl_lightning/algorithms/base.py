@@ -113,6 +113,10 @@ class RLModule(L.LightningModule):
         else:
             spaces = self._probe_spaces()
         self._build_once(*spaces)
+        if strategy is not None and self.hparams.get("save_replay_buffer"):
+            from rl_lightning.callbacks.checkpoint import install_replay_side_files  # (import cycle)
+
+            install_replay_side_files(self.trainer)  # large buffers go next to the checkpoint
         if stage == "fit" and strategy is not None and self.trainer.world_size > 1:
             self._setup_distributed()
 

@@ -112,8 +112,9 @@ class DQN(RLModule):
         max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
         hidden_sizes: Hidden widths of the MLP Q-network (vector observations only).
         activation: Hidden activation of the MLP: ``relu``, ``tanh``, ``elu`` or ``silu``.
-        save_replay_buffer: Put the replay buffer into checkpoints (large: see the logged size), so a
-            resumed run continues with the same contents instead of refilling it.
+        save_replay_buffer: Save the replay buffer with checkpoints (one of 64 MiB or more in a side
+            file ``<checkpoint>.replay-<env step>.pt`` next to it), so a resumed run continues with the
+            same contents instead of refilling it.
         buffer_on_cpu: Keep the replay buffer in host memory even when training on an accelerator.
         env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
         eval_episodes: Deterministic (greedy) evaluation episodes per evaluation.

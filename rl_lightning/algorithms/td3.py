@@ -86,8 +86,9 @@ class TD3(RLModule):
         target_noise_clip: The smoothing noise is clipped to ``[-target_noise_clip, target_noise_clip]``.
         hidden_sizes: Hidden widths of the actor and of each critic.
         activation: Hidden activation: ``relu``, ``tanh``, ``elu`` or ``silu``.
-        save_replay_buffer: Put the replay buffer into checkpoints, so a resumed run continues with
-            the same contents instead of refilling it.
+        save_replay_buffer: Save the replay buffer with checkpoints (one of 64 MiB or more in a side
+            file ``<checkpoint>.replay-<env step>.pt`` next to it), so a resumed run continues with the
+            same contents instead of refilling it.
         buffer_on_cpu: Keep the replay buffer in host memory even when training on an accelerator.
         env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
         eval_episodes: Deterministic evaluation episodes (no exploration noise) per evaluation.
