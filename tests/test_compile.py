@@ -20,6 +20,8 @@ def test_compile_covers_every_entry_point_and_keeps_checkpoints_compatible(tmp_p
     trainer.fit(model)
     for name in ("act", "evaluate", "value", "forward"):
         assert hasattr(getattr(model.agent, name), "_torchdynamo_orig_callable"), name
+    # PPO compiles its whole minibatch loss too (forward, objective and, through AOTAutograd, backward).
+    assert hasattr(model.minibatch_loss, "_torchdynamo_orig_callable")
     keys = set(model.state_dict())
     assert keys and not any("_orig_mod" in k for k in keys)
     trainer.save_checkpoint(tmp_path / "c.ckpt")

@@ -18,7 +18,7 @@ optimizer steps.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -181,22 +181,13 @@ class PPO(OnPolicyMixin, RLModule):
             else:
                 minibatches = torch.randperm(self.rollout_size, device=self.device).split(self.minibatch_size)
             for mb_inds in minibatches:
-                mb_adv = batch.advantages[mb_inds]
-                if hp.norm_adv:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                newlogprob, entropy, newvalue = self.agent.evaluate(batch.obs[mb_inds], batch.actions[mb_inds])
-                out = ppo_loss(
-                    newlogprob.float(),
+                out = self.minibatch_loss(
+                    batch.obs[mb_inds],
+                    batch.actions[mb_inds],
                     batch.logprobs[mb_inds],
-                    mb_adv,
-                    newvalue.float(),
+                    batch.advantages[mb_inds],
                     batch.values[mb_inds],
                     batch.returns[mb_inds],
-                    entropy.float(),
-                    hp.clip_coef,
-                    hp.clip_vloss,
-                    hp.ent_coef,
-                    hp.vf_coef,
                 )
                 opt.zero_grad()
                 self.manual_backward(out.loss)
@@ -225,6 +216,34 @@ class PPO(OnPolicyMixin, RLModule):
                 }
             )
         return out.loss.detach()
+
+    def minibatch_loss(
+        self, obs: Tensor, actions: Tensor, logprobs: Tensor, advantages: Tensor, values: Tensor, returns: Tensor
+    ) -> PPOLoss:
+        """The networks' forward and the PPO objective on one minibatch: one function, so that
+        ``compile_networks`` compiles the whole loss (and, through AOTAutograd, its backward)."""
+        hp = self.hparams
+        if hp.norm_adv:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        newlogprob, entropy, newvalue = self.agent.evaluate(obs, actions)
+        return ppo_loss(
+            newlogprob.float(),
+            logprobs,
+            advantages,
+            newvalue.float(),
+            values,
+            returns,
+            entropy.float(),
+            hp.clip_coef,
+            hp.clip_vloss,
+            hp.ent_coef,
+            hp.vf_coef,
+        )
+
+    def compile_networks(self, **compile_kwargs: Any) -> None:
+        if not getattr(self, "_networks_compiled", False):
+            self.minibatch_loss = torch.compile(self.minibatch_loss, **compile_kwargs)  # type: ignore[method-assign]
+        super().compile_networks(**compile_kwargs)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
