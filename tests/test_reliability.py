@@ -240,8 +240,9 @@ def replay_checkpoint(env_steps: int) -> dict:
 
 def test_replay_side_file_survives_a_kill_and_follows_its_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 1)
-    io, last = ReplaySideFileIO(TorchCheckpointIO()), tmp_path / "last.ckpt"
-    io.save_checkpoint(replay_checkpoint(100), last)
+    io, last = ReplaySideFileIO(TorchCheckpointIO()), tmp_path / "checkpoints" / "last.ckpt"
+    io.save_checkpoint(replay_checkpoint(100), last)  # into a directory that does not exist yet
+    tmp_path = last.parent
     io.save_checkpoint(replay_checkpoint(200), last)
     assert [p.name for p in tmp_path.glob("*.replay-*")] == ["last.ckpt.replay-000000000200.pt"]
     assert "replay_buffer" not in torch.load(last, weights_only=True)["rl_lightning"]  # small checkpoint

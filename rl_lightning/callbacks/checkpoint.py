@@ -131,6 +131,7 @@ def _side_files(path: Any) -> Iterator[Path]:
 
 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # the first save of a run precedes its directory
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         torch.save(obj, f)
