@@ -258,6 +258,7 @@ class DQN(RLModule):
         if due > 0:
             polyak_update(self.q_net, self.q_target, 1.0 - (1.0 - hp.tau) ** due)
         beta = linear_schedule(hp.prioritized_replay_beta, 1.0, self.total_env_steps, self.env_steps)
+        logging = self.should_log()
         stats: list[Tensor] = []
         for _ in range(hp.gradient_steps):
             batch = self._sample(beta)
@@ -274,9 +275,10 @@ class DQN(RLModule):
                 self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
             self.replay.update_priorities(batch.indices, td.abs())
-            stats.append(torch.stack([loss.detach(), q.detach().float().mean()]))
+            if logging:  # a stack per gradient step, only on the steps that log
+                stats.append(torch.stack([loss.detach(), q.detach().float().mean()]))
 
-        if self.should_log():
+        if logging:
             loss_mean, q_mean = torch.stack(stats).mean(0)
             metrics = {"train/loss": loss_mean, "train/q_values": q_mean, "train/epsilon": self.epsilon}
             if hp.prioritized_replay:
