@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import glob
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from rl_lightning.errors import ConfigError, DivergenceError
@@ -51,17 +50,19 @@ class ReplaySideFileIO(CheckpointIO):
 
     Wraps the strategy's checkpoint IO (off-policy modules with ``save_replay_buffer`` install it in
     ``setup``). A buffer of at least ``min_bytes`` goes to ``<checkpoint>.replay-<env step>.pt``,
-    written atomically *before* the checkpoint that names it, so a kill at any moment leaves every
-    checkpoint with the buffer of its own step: rewriting ``last.ckpt`` never touches the file the
-    previous ``last.ckpt`` points at. Older side files of a checkpoint are deleted only after it was
-    replaced, and with it when Lightning removes the checkpoint. Loading through this IO (``fit(...,
-    ckpt_path=...)``) puts the buffer back; both files hold only tensors and plain containers.
+    written atomically (Lightning's ``TorchCheckpointIO``) *before* the checkpoint that names it, so
+    a kill at any moment leaves every checkpoint with the buffer of its own step: rewriting
+    ``last.ckpt`` never touches the file the previous ``last.ckpt`` points at. Older side files of a
+    checkpoint are deleted only after it was replaced, and with it when Lightning removes the
+    checkpoint. Loading through this IO (``fit(..., ckpt_path=...)``) puts the buffer back; both
+    files hold only tensors and plain containers.
     """
 
     min_bytes = 64 * 2**20
 
     def __init__(self, inner: CheckpointIO) -> None:
         self.inner = inner
+        self.side_io = TorchCheckpointIO()  # the side file is a local torch file, whatever ``inner`` is
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         state = checkpoint.get("rl_lightning", {})
@@ -69,7 +70,7 @@ class ReplaySideFileIO(CheckpointIO):
         keep = None
         if replay is not None and _is_local(path) and _nbytes(replay) >= self.min_bytes:
             keep = _side_path(path, state["env_steps"])
-            _atomic_torch_save(replay, keep)
+            self.side_io.save_checkpoint(replay, keep)
             state = {k: v for k, v in state.items() if k != "replay_buffer"} | {"replay_buffer_file": keep.name}
             checkpoint = {**checkpoint, "rl_lightning": state}
         self.inner.save_checkpoint(checkpoint, path, storage_options)
@@ -87,7 +88,7 @@ class ReplaySideFileIO(CheckpointIO):
                     f"Checkpoint {path} keeps its replay buffer in {side}, which is missing. Copy it next "
                     "to the checkpoint, or resume without the buffer by loading the weights only."
                 )
-            state["replay_buffer"] = torch.load(side, map_location="cpu", weights_only=True)
+            state["replay_buffer"] = self.side_io.load_checkpoint(side, map_location="cpu", weights_only=True)
         return checkpoint
 
     def remove_checkpoint(self, path: Any) -> None:
@@ -128,13 +129,3 @@ def _side_path(path: Any, env_steps: int) -> Path:
 def _side_files(path: Any) -> Iterator[Path]:
     path = Path(path)
     return path.parent.glob(f"{glob.escape(path.name)}.replay-*.pt") if _is_local(path) else iter(())
-
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)  # the first save of a run precedes its directory
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
