@@ -5,7 +5,7 @@
 1. Through ``Trainer.fit`` (50k env steps, no evaluation): timers around ``collect_rollout`` and
    ``training_step``; the rest is Lightning's loop, logging and GAE.
 2. The same update in a bare loop on random data, cumulatively: forward + loss, + backward,
-   + gradient clipping, + fused Adam.
+   + gradient clipping, + fused Adam; then the whole update with the loss compiled (``compile: true``).
 3. The activation: ``torch.tanh`` vs ``torch.sigmoid`` on one 256x64 hidden layer.
 """
 
@@ -108,6 +108,13 @@ def bare_update(batch: int = 256) -> None:
 
     for name, f in (("forward + loss", loss), ("+ backward", backward), ("+ clip", clip), ("+ fused Adam", step)):
         print(f"bare update, {name}: {per_call_us(f):.0f} us")
+    # compile: true compiles the forward and the objective as one graph (PPO.minibatch_loss), so
+    # AOTAutograd compiles the backward as one graph too.
+    loss = torch.compile(loss, dynamic=False)  # backward() and step() call it through the closure
+    t0 = time.perf_counter()
+    step()
+    compile_s = time.perf_counter() - t0
+    print(f"bare update, compiled loss: {per_call_us(step):.0f} us (first call, with compilation: {compile_s:.1f} s)")
     x = torch.randn(batch, 64)
     print(
         f"256x64: torch.tanh {per_call_us(lambda: torch.tanh(x), 2000):.1f} us, "

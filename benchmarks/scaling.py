@@ -3,6 +3,7 @@
     python benchmarks/scaling.py                                    # devices=1 vs devices=2 on CPU (gloo)
     python benchmarks/scaling.py --all                              # + compile, + bf16-mixed
     python benchmarks/scaling.py --runs devices=1 devices=1,compile=1 --env-steps 100000
+    python benchmarks/scaling.py --allreduce                        # gloo all-reduce cost per call
 
 Each run is a fresh process (a fit through the Lightning Trainer with the SB3-zoo hyperparameters of
 configs/ppo/cartpole.yaml, one torch thread per rank). Reported:
@@ -135,6 +136,24 @@ def worker(spec: str, env_steps: int, json_path: Path) -> None:
     json_path.write_text(json.dumps(result))
 
 
+def allreduce_worker(rank: int, port: int, numel: int, calls: int) -> None:
+    """One rank of the gloo all-reduce micro-benchmark: wall and CPU time per ``all_reduce``."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    x = torch.randn(numel)
+    for _ in range(3):
+        dist.barrier()
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(calls):
+            dist.all_reduce(x)
+        wall, cpu = (time.perf_counter() - t0) / calls * 1e6, (time.process_time() - c0) / calls * 1e6
+        print(f"rank {rank}: all_reduce of {numel} floats: {wall:.0f} us wall, {cpu:.0f} us CPU", flush=True)
+    dist.destroy_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", nargs="+", default=None, help="run specs, e.g. devices=2 or devices=1,compile=1")
@@ -142,7 +161,15 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=51_200, help="env steps per run (all ranks together)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--allreduce", action="store_true", help="only time gloo all-reduces of PPO's 9,155 parameters (2 ranks)"
+    )
     args = parser.parse_args()
+    if args.allreduce:  # the cost DDP adds to every optimizer step
+        import torch.multiprocessing as mp
+
+        mp.spawn(allreduce_worker, args=(29571, 9155, 2000), nprocs=2)
+        return
     if args.worker is not None:
         worker(args.worker, args.env_steps, args.json)
         return
