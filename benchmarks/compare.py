@@ -3,6 +3,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
 
     python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
+    python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
 
 Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
@@ -147,17 +148,26 @@ SPECS: dict[str, Spec] = {
 
 
 # ------------------------------------------------------------------------------------------ runners
-def run_ours(spec: Spec, seed: int) -> dict[str, Any]:
+def run_ours(spec: Spec, seed: int, precision: str = "32-true") -> dict[str, Any]:
     env_steps, curve, train_time = fit_config(
-        spec.config, seed, total_env_steps=spec.total_env_steps, env_steps_per_epoch=spec.eval_every
+        spec.config, seed, precision, total_env_steps=spec.total_env_steps, env_steps_per_epoch=spec.eval_every
     )
     return summarize(curve, spec, env_steps, train_time)
 
 
-def fit_config(config: str, seed: int, **overrides: Any) -> tuple[int, list[tuple[float, int, float]], float]:
+def run_ours_bf16(spec: Spec, seed: int) -> dict[str, Any]:
+    """Ours with ``trainer.precision: bf16-mixed``: the same hyperparameters, matmuls in bfloat16
+    (2x float32 on CPUs with AVX512-BF16 or AMX, slower on others; float32 output layers)."""
+    return run_ours(spec, seed, "bf16-mixed")
+
+
+def fit_config(
+    config: str, seed: int, precision: str = "32-true", **overrides: Any
+) -> tuple[int, list[tuple[float, int, float]], float]:
     """Train ``config`` (a YAML path) as ``rl-lightning fit`` would, with ``EVAL_EPISODES`` evaluation
-    episodes and ``overrides`` of its model arguments. Returns ``(env steps, curve, training time)``:
-    the curve has ``(training s, env steps, eval return)`` per evaluation; evaluation time is excluded."""
+    episodes, the Trainer's ``precision`` and ``overrides`` of its model arguments. Returns ``(env
+    steps, curve, training time)``: the curve has ``(training s, env steps, eval return)`` per
+    evaluation; evaluation time is excluded."""
     import lightning as L
     import yaml
 
@@ -174,6 +184,7 @@ def fit_config(config: str, seed: int, **overrides: Any) -> tuple[int, list[tupl
     clock = EvalClock()
     trainer = L.Trainer(
         max_epochs=-1,
+        precision=precision,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -282,7 +293,7 @@ def summarize(curve: list[tuple[float, int, float]], spec: Spec, env_steps: int,
     }
 
 
-RUNNERS = {"ours": run_ours, "sb3": run_sb3, "plain": run_plain}
+RUNNERS = {"ours": run_ours, "ours_bf16": run_ours_bf16, "sb3": run_sb3, "plain": run_plain}
 
 
 def raw_env_throughput(env_id: str, n_envs: int, steps: int = 20_000) -> float:
@@ -326,6 +337,7 @@ def main() -> None:
     p.add_argument("--algos", default="ppo", help=f"comma-separated, from {sorted(SPECS)}")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (same for every library)")
+    p.add_argument("--bf16", action="store_true", help="also run ours with trainer.precision bf16-mixed")
     p.add_argument("--json", type=Path, help="also write all results here")
     p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -337,14 +349,14 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for algo in args.algos.split(","):
         spec = SPECS[algo]
-        kinds = ["ours", "sb3"] + (["plain"] if algo == "ppo" else [])
+        kinds = ["ours"] + (["ours_bf16"] if args.bf16 else []) + ["sb3"] + (["plain"] if algo == "ppo" else [])
         for seed in args.seeds:
             for kind in kinds:  # interleaved: machine drift hits every library alike
                 r = launch(kind, algo, seed, args.threads)
                 r.update(algo=algo, kind=kind, seed=seed)
                 results.append(r)
                 print(
-                    f"{algo:5s} {kind:6s} seed {seed}: {r['env_steps_per_s']:>7} env-steps/s, "
+                    f"{algo:5s} {kind:9s} seed {seed}: {r['env_steps_per_s']:>7} env-steps/s, "
                     f"solve {r['solve_s']} s, final {r['final_return']}",
                     flush=True,
                 )
@@ -355,18 +367,16 @@ def main() -> None:
     print("\n| algo | library | env-steps/s (mean) | time to solve, s (per seed) | final return (per seed) |")
     print("|---|---|---|---|---|")
     for algo in args.algos.split(","):
-        ours_sps = None
-        for kind in ("ours", "sb3", "plain"):
-            rows = [r for r in results if r["algo"] == algo and r["kind"] == kind]
+        rows_of = {k: [r for r in results if r["algo"] == algo and r["kind"] == k] for k in RUNNERS}
+        sps_of = {k: sum(r["env_steps_per_s"] for r in rows) / len(rows) for k, rows in rows_of.items() if rows}
+        for kind, rows in rows_of.items():
             if not rows:
                 continue
-            sps = sum(r["env_steps_per_s"] for r in rows) / len(rows)
-            ours_sps = sps if kind == "ours" else ours_sps
-            ratio = "" if kind == "ours" else f" (ours x{ours_sps / sps:.2f})"
-            print(
-                f"| {algo} | {kind} | {sps:,.0f}{ratio} | {', '.join(str(r['solve_s']) for r in rows)} | "
-                f"{', '.join(str(r['final_return']) for r in rows)} |"
-            )
+            sps = sps_of[kind]
+            ratios = [f"{k.replace('_', ' ')} x{sps_of[k] / sps:.2f}" for k in ("ours", "ours_bf16") if k in sps_of]
+            ratio = f" ({', '.join(ratios)})" if kind in ("sb3", "plain") else ""
+            solves, finals = (", ".join(str(r[key]) for r in rows) for key in ("solve_s", "final_return"))
+            print(f"| {algo} | {kind.replace('_', ' ')} | {sps:,.0f}{ratio} | {solves} | {finals} |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

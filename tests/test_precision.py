@@ -6,9 +6,11 @@ import pytest
 import torch
 
 import rl_lightning.algorithms.ppo as ppo_module
-from rl_lightning import PPO, EnvConfig
+from rl_lightning import DQN, PPO, EnvConfig
 from tests.conftest import quick_trainer
 from tests.test_learning import CARTPOLE_PPO
+from tests.test_sac import tiny_sac
+from tests.test_td3_ddpg import tiny
 
 
 def test_bf16_mixed_autocasts_collection_and_training_but_keeps_log_probs_targets_and_losses_float32(monkeypatch):
@@ -69,6 +71,32 @@ def test_float32_linear_is_a_plain_linear_without_autocast():
     torch.testing.assert_close(layer(x), plain(x), rtol=0, atol=0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer(x.bfloat16()).dtype == torch.float32 and plain(x).dtype == torch.bfloat16
+
+
+def tiny_dqn(**kw) -> DQN:
+    args = dict(env=EnvConfig("CartPole-v1", seed=0), total_env_steps=300, learning_starts=100, train_freq=4)
+    return DQN(**args, gradient_steps=1, env_steps_per_epoch=300, eval_episodes=1, **kw)
+
+
+@pytest.mark.parametrize(
+    ("make", "fused"),
+    [
+        (tiny_sac, True),  # never clips: the fused kernel stays (SAC/TD3 1.2-1.4x in bf16, docs/benchmarks.md)
+        (tiny, True),  # TD3
+        (tiny_dqn, False),  # clips at max_grad_norm=10
+        (lambda: tiny_dqn(max_grad_norm=None), True),
+    ],
+    ids=["SAC", "TD3", "DQN-clipped", "DQN-unclipped"],
+)
+def test_bf16_mixed_keeps_fused_adam_unless_the_algorithm_clips_gradients(make, fused):
+    # Lightning's mixed-precision plugin refuses to clip the gradients of a fused optimizer: such
+    # a run would fail at its first clip_gradients; the others keep the fused kernel.
+    model = make()
+    trainer = quick_trainer(precision="bf16-mixed")
+    trainer.fit(model)
+    assert [opt.defaults["fused"] for opt in trainer.optimizers] == [fused] * len(trainer.optimizers)
+    assert trainer.global_step > 0  # optimizer steps were taken
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_16_mixed_on_cpu_warns_that_it_runs_bf16():

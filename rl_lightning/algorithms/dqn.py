@@ -293,7 +293,9 @@ class DQN(RLModule):
         return batch
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.adam(self.q_net.parameters(), lr=self.hparams.learning_rate)
+        return self.adam(
+            self.q_net.parameters(), lr=self.hparams.learning_rate, clipped=self.hparams.max_grad_norm is not None
+        )
 
     # ------------------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

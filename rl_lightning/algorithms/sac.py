@@ -226,9 +226,12 @@ class SAC(RLModule):
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.learning_rate
-        opts = [self.adam(self.actor.parameters(), lr), self.adam(self.critic.parameters(), lr)]
+        opts = [
+            self.adam(self.actor.parameters(), lr, clipped=False),
+            self.adam(self.critic.parameters(), lr, clipped=False),
+        ]
         if self.tune_alpha:
-            opts.append(self.adam([self.log_alpha], lr))
+            opts.append(self.adam([self.log_alpha], lr, clipped=False))
         return opts
 
     # ------------------------------------------------------------------------------ checkpoints

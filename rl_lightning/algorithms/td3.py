@@ -225,7 +225,10 @@ class TD3(RLModule):
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.learning_rate
-        return [self.adam(self.actor.parameters(), lr), self.adam(self.critic.parameters(), lr)]
+        return [
+            self.adam(self.actor.parameters(), lr, clipped=False),
+            self.adam(self.critic.parameters(), lr, clipped=False),
+        ]
 
     # ------------------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
