@@ -81,7 +81,7 @@ def tiny_dqn(**kw) -> DQN:
 @pytest.mark.parametrize(
     ("make", "fused"),
     [
-        (tiny_sac, True),  # never clips: the fused kernel stays (TD3 1.36x, SAC 1.09x in bf16: docs/benchmarks.md)
+        (tiny_sac, True),  # never clips: the fused kernel stays (TD3 1.36x, SAC 1.12x in bf16: docs/benchmarks.md)
         (tiny, True),  # TD3
         (tiny_dqn, False),  # clips at max_grad_norm=10
         (lambda: tiny_dqn(max_grad_norm=None), True),
