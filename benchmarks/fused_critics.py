@@ -24,6 +24,7 @@ import statistics
 import time
 
 import torch
+from ppo_profile import per_call_us  # benchmarks/ is the script's directory, hence on sys.path
 from torch import nn
 
 from rl_lightning.networks.continuous import QEnsemble
@@ -109,12 +110,7 @@ def matmul_precisions(batch: int, hidden: tuple[int, ...], calls: int = 500) -> 
         line = []
         for dtype in (torch.float32, torch.bfloat16):
             x, w = torch.randn(batch, d_in, dtype=dtype), torch.randn(d_in, d_out, dtype=dtype)
-            for _ in range(50):
-                x @ w
-            t = time.perf_counter()
-            for _ in range(calls):
-                x @ w
-            us = (time.perf_counter() - t) / calls * 1e6
+            us = per_call_us(lambda: x @ w, calls)  # noqa: B023 (called at once, before x and w change)
             line.append(
                 f"{str(dtype).removeprefix('torch.')} {us:.0f} us ({2 * batch * d_in * d_out / us / 1e3:.0f} GFLOP/s)"
             )
