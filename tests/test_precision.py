@@ -113,3 +113,19 @@ def test_ppo_solves_cartpole_in_bf16_mixed():
     trainer = quick_trainer(precision="bf16-mixed")
     trainer.fit(model)
     assert float(trainer.callback_metrics["val/episode_return"]) >= 475
+
+
+def test_denormals_flush_to_zero_while_fitting_and_not_after():
+    def scaled_denormal() -> float:
+        return (torch.tensor([1e-39]) * 1.0).item()  # 1e-39 is below float32's smallest normal number
+
+    seen = []
+
+    class Probe(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.append(scaled_denormal())
+
+    model = PPO(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=64, num_steps=16, eval_episodes=1)
+    quick_trainer(callbacks=[Probe()]).fit(model)
+    assert seen and all(value == 0.0 for value in seen)
+    assert scaled_denormal() > 0.0  # restored when fit ends
