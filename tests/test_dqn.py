@@ -120,6 +120,25 @@ def test_target_network_is_updated_only_when_due():
     assert len(copied) > 10 and all(copied)
 
 
+@pytest.mark.parametrize("kw", [{}, {"double_q": True}, {"prioritized_replay": True}], ids=["dqn", "double", "per"])
+def test_uniform_replay_samples_a_phase_at_once_and_each_minibatch_gets_its_own_targets(kw):
+    model = tiny_dqn(gradient_steps=8, **kw)
+    quick_trainer().fit(model)
+    rows_seen = []
+    model.q_target.register_forward_hook(lambda module, args, out: rows_seen.append(args[0].shape[0]))
+    pairs = list(model._minibatches(beta=0.4))
+    # Uniform: one target-network forward over the 8 minibatches; prioritized: one per minibatch,
+    # each sampled after the previous step's priority update.
+    assert rows_seen == ([16] * 8 if kw.get("prioritized_replay") else [8 * 16])
+    assert len(pairs) == 8 and not torch.equal(pairs[0][0].obs, pairs[1][0].obs)
+    for batch, target in pairs:
+        with torch.no_grad():
+            next_q, online = model.q_target(batch.next_obs), model.q_net(batch.next_obs) if kw.get("double_q") else None
+            expected = dqn_target(batch.rewards, batch.discounts, batch.terminated, next_q, online)
+        assert batch.obs.shape[0] == 16
+        torch.testing.assert_close(target, expected)
+
+
 @pytest.mark.parametrize(
     "kw",
     [

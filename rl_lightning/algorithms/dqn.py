@@ -12,8 +12,12 @@ One Lightning training step is one collection phase: ``train_freq`` vector steps
 ``env.num_envs`` sub-envs) go into the replay buffer, then ``gradient_steps`` Adam steps run on
 minibatches sampled from it (manual optimization, so Lightning's fixed cost is paid once per phase).
 The first phase of a run also fills the buffer with ``learning_starts`` random steps, so every epoch
-has the same number of training steps. Minibatches are sampled inside ``training_step``, one per
-gradient step, so prioritized replay sees the priorities of the previous step.
+has the same number of training steps. Neither the buffer nor the target network changes during the
+updates of a phase, so with uniform replay all of its minibatches are sampled at once (i.i.d., as
+one at a time) and the target network evaluates them in one forward pass instead of
+``gradient_steps`` small ones (``_minibatches``). Prioritized replay samples each minibatch after the
+previous step's priority update; Double DQN's online term, which changes every step, is computed per
+minibatch.
 
 Deviations: ``target_network_frequency`` counts env steps like SB3's ``target_update_interval`` and
 CleanRL's ``target_network_frequency``, but updates happen between collection phases, so the
@@ -260,13 +264,7 @@ class DQN(RLModule):
         beta = linear_schedule(hp.prioritized_replay_beta, 1.0, self.total_env_steps, self.env_steps)
         logging = self.should_log()
         stats: list[Tensor] = []
-        for _ in range(hp.gradient_steps):
-            batch = self._sample(beta)
-            with torch.no_grad():
-                next_q_online = self.q_net(batch.next_obs) if hp.double_q else None
-                target = dqn_target(
-                    batch.rewards, batch.discounts, batch.terminated, self.q_target(batch.next_obs), next_q_online
-                )
+        for batch, target in self._minibatches(beta):
             q = self.q_net(batch.obs).gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)
             loss, td = dqn_loss(q.float(), target.float(), batch.weights, hp.loss)
             opt.zero_grad()
@@ -285,9 +283,34 @@ class DQN(RLModule):
                 metrics["train/beta"] = beta
             self.log_training(metrics)
 
-    def _sample(self, beta: float) -> ReplayBatch:
-        bs = self.hparams.batch_size
-        batch = self.replay.sample(bs, beta) if self.hparams.prioritized_replay else self.replay.sample(bs)
+    @torch.no_grad()
+    def _minibatches(self, beta: float) -> Iterator[tuple[ReplayBatch, Tensor]]:
+        """The phase's ``gradient_steps`` minibatches and their TD targets (see the module docstring)."""
+        hp, bs = self.hparams, self.hparams.batch_size
+        if hp.prioritized_replay:
+            for _ in range(hp.gradient_steps):
+                batch = self._sample(bs, beta)
+                yield batch, self._target(batch, self.q_target(batch.next_obs))
+            return
+        # Sampled in chunks of at most ~64 MiB of observations (Atari frames are 28 kB a stack).
+        obs_bytes = 2 * bs * math.prod(self.observation_space.shape) * self.observation_space.dtype.itemsize
+        per_chunk = max(1, min(hp.gradient_steps, (64 << 20) // obs_bytes))
+        for start in range(0, hp.gradient_steps, per_chunk):
+            steps = min(per_chunk, hp.gradient_steps - start)
+            chunk = self._sample(steps * bs, beta)
+            next_q_target = self.q_target(chunk.next_obs)
+            targets = None if hp.double_q else self._target(chunk, next_q_target)
+            for i in range(steps):
+                rows = slice(i * bs, (i + 1) * bs)
+                batch = ReplayBatch(*(field[rows] for field in chunk))
+                yield batch, targets[rows] if targets is not None else self._target(batch, next_q_target[rows])
+
+    def _target(self, batch: ReplayBatch, next_q_target: Tensor) -> Tensor:
+        next_q_online = self.q_net(batch.next_obs) if self.hparams.double_q else None
+        return dqn_target(batch.rewards, batch.discounts, batch.terminated, next_q_target, next_q_online)
+
+    def _sample(self, size: int, beta: float) -> ReplayBatch:
+        batch = self.replay.sample(size, beta) if self.hparams.prioritized_replay else self.replay.sample(size)
         if self.replay.device != self.device:  # indices stay on the host, with the priorities
             batch = batch._replace(**{k: getattr(batch, k).to(self.device) for k in batch._fields if k != "indices"})
         return batch
