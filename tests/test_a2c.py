@@ -70,6 +70,14 @@ def test_rollouts_per_step_changes_nothing_but_speed():
         torch.testing.assert_close(x, y, rtol=0, atol=0)
 
 
+def test_rmsprop_is_sb3s_and_steps_all_parameters_in_one_foreach_call():
+    model = tiny_a2c()
+    quick_trainer().fit(model)
+    opt = model.optimizers().optimizer
+    assert isinstance(opt, torch.optim.RMSprop)
+    assert (opt.defaults["alpha"], opt.defaults["eps"], opt.defaults["foreach"]) == (0.99, 1e-5, True)
+
+
 @pytest.mark.parametrize(
     ("kw", "msg"),
     [({"optimizer": "sgd"}, "optimizer"), ({"rollouts_per_step": 0}, "rollouts_per_step"), ({"gae_lambda": 2}, "gae")],

@@ -174,5 +174,9 @@ class A2C(OnPolicyMixin, RLModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.hparams.optimizer == "rmsprop":
-            return torch.optim.RMSprop(self.agent.parameters(), lr=self.hparams.learning_rate, alpha=0.99, eps=1e-5)
+            # foreach: torch picks it by default on CUDA only; on CPU the per-tensor loop costs
+            # 165 us a step against 108 for the actor-critic (torch has no fused RMSprop).
+            return torch.optim.RMSprop(
+                self.agent.parameters(), lr=self.hparams.learning_rate, alpha=0.99, eps=1e-5, foreach=True
+            )
         return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
