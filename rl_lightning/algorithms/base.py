@@ -231,8 +231,9 @@ class RLModule(L.LightningModule):
     def on_fit_start(self) -> None:
         # Flush denormal floats to zero on this (the training) thread while fitting. Adam's moment
         # estimates of ReLU units that stop getting gradient decay through the denormal range, where
-        # x86 float arithmetic is ~40x slower: DQN's CartPole Adam step took 647 us instead of 162
-        # after 15k steps (docs/benchmarks.md). Values below 1.2e-38 are noise to any RL loss.
+        # x86 float arithmetic is tens of times slower: DQN's CartPole Adam step costs 704 us instead
+        # of 84 after 30k env steps (benchmarks/denormals.py). Values below 1.2e-38 are noise to any
+        # RL loss.
         torch.set_flush_denormal(True)
         self._last_time = time.perf_counter()
         self._last_env_steps = self.env_steps
