@@ -6,14 +6,22 @@ the actor loss's pass through the frozen critic and back to the actions), A/B in
 process so load on the machine hits both alike. Prints microseconds per update (median of rounds),
 wall-clock and CPU time (``time.process_time``: on a busy machine the steadier of the two).
 
-    python benchmarks/fused_critics.py [--threads 1] [--obs 3 --act 1] [--hidden 256 256]
+    python benchmarks/fused_critics.py [--threads 1] [--obs 3 --act 1] [--hidden 256 256] [--bf16] [--denormals]
 
 Last, the hidden layer's matrix product alone in float32 and in bfloat16 (bf16-mixed's arithmetic).
 
-Measured on the shared 2-core CPU, 1 thread, batch 256, CPU time batched / separate (medians of 15-20
-rounds of 30 updates): at 256x256 0.94-0.97 with load ~3, 1.03-1.04 with load ~7; at 400x300
-1.01 (load ~3) and 1.06 (load ~7); at 64x64 0.84. The default sizes are compute-bound and a batched
-matmul is no faster than two, so the library keeps separate critics.
+Denormals are flushed to zero, as in a fit (``RLModule.on_fit_start``), unless ``--denormals``. Both
+forms keep the output layer in float32 under autocast, as the library does (with a bfloat16 output
+layer the batched form looked better under ``--bf16``, 0.68-0.70, than like for like).
+
+Measured on the shared 2-core CPU, 1 thread, batch 256. Intel Xeon with AMX (2026-12-04, 8 rounds),
+fused / separate (the last lines): 256x256 0.95 in float32, 0.81 with ``--bf16``; 400x300 0.99 and
+0.86. AMD EPYC (2026-12-03, 15-20 rounds of 30 updates, float32): 256x256 0.94-1.04 depending on
+load, 400x300 1.01-1.06, 64x64 0.84. In whole fits (``compare.py --child ours[_bf16] ALGO 0 1``, a
+batched ``QEnsemble`` against this one, A/B alternating, 2026-12-04) the batched form was 1.6 %
+(SAC) and 2.3 % (TD3) slower in float32, 6 % (SAC, one pair) and 1 % (TD3) faster in bf16-mixed: the
+critics' share shrinks less in a fit than alone, and float32 is the default, so the library keeps
+separate critics.
 """
 
 from __future__ import annotations
@@ -47,10 +55,11 @@ class BatchedCritics(nn.Module):
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         x = torch.cat([obs, actions], -1)
         h = x.unsqueeze(0).expand(self.n, *x.shape)
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            h = torch.baddbmm(b, h, w)
-            h = torch.relu(h) if i < len(self.weights) - 1 else h
-        return h.squeeze(-1)
+        *hidden, (w_out, b_out) = zip(self.weights, self.biases, strict=True)
+        for w, b in hidden:
+            h = torch.relu(torch.baddbmm(b, h, w))
+        with torch.autocast("cpu", enabled=False):  # float32 output layer, as QEnsemble's Float32Linear
+            return torch.baddbmm(b_out, h.float(), w_out).squeeze(-1)
 
 
 def update(critic: nn.Module, opt: torch.optim.Optimizer, obs, actions, target, actions_pi) -> None:
@@ -74,8 +83,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--bf16", action="store_true", help="run the updates under bfloat16 autocast (bf16-mixed)")
+    p.add_argument("--denormals", action="store_true", help="leave denormals on (fits flush them to zero)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(not args.denormals)  # as RLModule does while fitting
     torch.manual_seed(0)
     b, hidden = args.batch, tuple(args.hidden)
     obs, actions, target = torch.randn(b, args.obs), torch.rand(b, args.act) * 2 - 1, torch.randn(b)
@@ -87,8 +99,9 @@ def main() -> None:
         for k, critic in variants.items():
             actions_pi = (torch.rand(b, args.act) * 2 - 1).requires_grad_(True)
             t, c = time.perf_counter(), time.process_time()
-            for _ in range(args.steps):
-                update(critic, opts[k], obs, actions, target, actions_pi)
+            with torch.autocast("cpu", torch.bfloat16, enabled=args.bf16):
+                for _ in range(args.steps):
+                    update(critic, opts[k], obs, actions, target, actions_pi)
             if r > 0:  # round 0 warms up
                 times[k].append((time.perf_counter() - t) / args.steps * 1e6)
                 cpu[k].append((time.process_time() - c) / args.steps * 1e6)
