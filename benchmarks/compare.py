@@ -173,7 +173,9 @@ def fit_config(
 
     from rl_lightning.envs import EnvConfig
 
-    cfg = yaml.safe_load((ROOT / config).read_text())["model"]
+    full = yaml.safe_load((ROOT / config).read_text())
+    cfg = full["model"]
+    log_every = full.get("trainer", {}).get("log_every_n_steps", 10)  # the CLI's default is 10
     module_path, cls_name = cfg["class_path"].rsplit(".", 1)
     cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
     init = dict(cfg["init_args"])
@@ -191,7 +193,7 @@ def fit_config(
         enable_model_summary=False,
         num_sanity_val_steps=0,
         callbacks=[clock],
-        log_every_n_steps=10,
+        log_every_n_steps=log_every,
     )
     clock.start()
     trainer.fit(model)
