@@ -325,7 +325,12 @@ def child(kind: str, algo: str, seed: int, threads: int) -> None:
 
 
 def launch(kind: str, algo: str, seed: int, threads: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+    }
     out = subprocess.run(
         [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads)],
         capture_output=True,

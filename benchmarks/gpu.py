@@ -1,26 +1,47 @@
-"""GPU checks and throughput: run on a machine with a CUDA GPU (not run by the test suite or CI).
+"""GPU throughput and checks: one prepared run on a CUDA machine (not run by the test suite or CI).
 
-    python benchmarks/gpu.py                 # everything below, markdown on stdout
-    python benchmarks/gpu.py --quick         # transfers + one throughput run per configuration, 20k steps
-    python benchmarks/gpu.py --smoke-cpu     # the same code paths on CPU (to check the script itself)
+    python benchmarks/gpu.py --out DIR                 # every section below, within --budget-s seconds
+    python benchmarks/gpu.py --sections update,atari   # some of them
+    python benchmarks/gpu.py --smoke-cpu --out DIR     # the same code paths on CPU, tiny sizes (checks the script)
 
-1. Host<->device copies per vector step of PPO collection on the GPU, counted with torch.profiler:
-   expected one host-to-device copy (the observations) per vector step, plus two per step in which
-   a sub-env was truncated (its final observation and the sub-env indices), three per rollout
-   (rewards and done flags), and one device-to-host copy per vector step (the actions).
-2. PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs, each a fresh process): CPU vs GPU,
-   fp32 vs bf16-mixed vs compile, 8 vs 64 envs, and DDP over every GPU when there are several.
-3. PPO CartPole-v1 in bf16-mixed on the GPU: evaluation return after 100k env steps (seed 0), >= 475
-   expected (it solves in fp32).
+Sections, run in this order (the most wanted first); each appends its markdown to ``DIR/gpu.md`` and its
+raw numbers to ``DIR/gpu.json`` as soon as it ends, so a run cut short keeps what it finished, and a
+section that would not fit in the time left is skipped with a note:
+
+1. ``transfers``: host<->device copies in one PPO rollout on the GPU (torch.profiler): expected one
+   host-to-device copy per vector step (the observations), two more per step with a truncation, three
+   per rollout, and one device-to-host copy per vector step (the actions).
+2. ``update``: gradient steps/s of the Atari networks alone (no envs, no Lightning): PPO's minibatch
+   update (Nature-CNN actor-critic, loss, backward, clipping, Adam) at the minibatch of
+   configs/ppo/atari.yaml (256) and at 2048; DQN's (Nature-CNN Q-network, target forward, Huber loss,
+   backward, clipping, Adam) at the batch of configs/dqn/atari.yaml (32) and at 512; each in float32,
+   bfloat16 autocast (what ``precision: bf16-mixed`` does), ``torch.compile`` (what ``compile: true``
+   does) and ``torch.compile(mode="reduce-overhead")`` (CUDA graphs).
+3. ``atari``: PPO-Atari (Breakout, configs/ppo/atari.yaml) and DQN-Atari (Pong, configs/dqn/atari.yaml
+   with ``learning_starts`` cut to reach training quickly) fits through the Lightning Trainer, each a
+   fresh process: steady-state env-steps/s and gradient steps/s (after the first 48 optimizer steps,
+   evaluation off), float32 vs bf16-mixed vs compile; PPO's 8 emulators stepped in the training
+   process (``sync``) or in 8 worker processes (``async``).
+4. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
+   torch-native env on the GPU, and PPO on 1024 torch CartPoles on the GPU to its config's budget.
+5. ``cartpole``: PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs): CPU vs GPU, float32 vs
+   bf16-mixed vs compile, 8 vs 64 envs.
+6. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
+   expected (it solves in float32).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,8 +51,20 @@ _spec = importlib.util.spec_from_file_location("scaling", ROOT / "benchmarks/sca
 scaling = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(scaling)
 
+SECTIONS = ["transfers", "update", "atari", "torch_envs", "cartpole", "learn_bf16"]
+# Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
+SECTION_S = {"transfers": 15, "update": 90, "atari": 150, "torch_envs": 60, "cartpole": 80, "learn_bf16": 40}
+UPDATE_MODES = ["fp32", "bf16", "compile", "compile-cudagraphs"]
+WINDOW_FROM_GRAD_STEP = 48  # steady state: compilation and CUDA warm-up are over by then
 
-def count_transfers(device: str, vector_steps: int = 256) -> dict[str, float]:
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+# --------------------------------------------------------------------------------------- transfers
+def count_transfers(device: str, vector_steps: int = 256) -> dict[str, Any]:
     """Profile one PPO collection of ``vector_steps`` steps on ``device``; count copies by direction."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -42,13 +75,12 @@ def count_transfers(device: str, vector_steps: int = 256) -> dict[str, float]:
     envs = make_vector_env(EnvConfig("CartPole-v1", num_envs=8))
     agent = ActorCritic(envs.single_observation_space, envs.single_action_space).to(device)
     collector = RolloutCollector(envs, vector_steps, torch.device(device), seed=0)
-    collector.collect(agent, 0.99, 0.95)  # warm-up
+    collector.rollout(agent)  # warm-up
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:
-        collector.collect(agent, 0.99, 0.95)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    truncation_steps = int(collector.truncated.any(axis=1).sum())
+        rollout = collector.rollout(agent)
+        sync(device)
+    truncation_steps = int(rollout.truncated.any(dim=1).sum())
     names = [e.name for e in prof.events()]
     envs.close()
     return {
@@ -59,24 +91,337 @@ def count_transfers(device: str, vector_steps: int = 256) -> dict[str, float]:
     }
 
 
-def learn_bf16(accelerator: str) -> tuple[float, float]:
+def section_transfers(ctx: Context) -> list[str]:
+    t = count_transfers(ctx.device)
+    ctx.record("transfers", t)
+    lines = [
+        "| vector steps | steps with a truncation | host->device copies | device->host copies |",
+        "|---:|---:|---:|---:|",
+        f"| {t['vector_steps']} | {t['truncation_steps']} | {t['htod']} | {t['dtoh']} |",
+    ]
+    if ctx.gpu:
+        within = t["htod"] <= t["vector_steps"] + 2 * t["truncation_steps"] + 3 and (t["dtoh"] <= t["vector_steps"] + 1)
+        lines += ["", f"Within the expected bound (one copy each way per vector step): {'yes' if within else 'NO'}."]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ update
+def atari_module(algo: str, device: str) -> tuple[Any, Any, Any]:
+    """The algorithm with its Atari config's hyperparameters, networks built, on ``device``, and the
+    env's observation and action spaces."""
+    cls, init, _ = load_config(f"configs/{algo}/atari.yaml")
+    model = cls(**init)
+    spaces = model._probe_spaces()
+    model._build_once(*spaces)
+    return model.to(device), *spaces
+
+
+def update_step(algo: str, batch: int, mode: str, device: str) -> tuple[Callable[[], None], Any]:
+    """One gradient step of ``algo``'s Atari networks on a fixed random batch, as the fit does it."""
+    from rl_lightning.algorithms.dqn import dqn_loss, dqn_target
+
+    model, obs_space, action_space = atari_module(algo, device)
+    hp = model.hparams
+    if mode.startswith("compile"):
+        model.compile_networks(mode="reduce-overhead" if mode == "compile-cudagraphs" else None)
+    autocast = mode == "bf16"
+    params = [p for p in model.parameters() if p.requires_grad]
+    # The fit's optimizer: fused Adam, except under mixed precision with gradient clipping (RLModule.adam).
+    opt = torch.optim.Adam(params, lr=hp.learning_rate, eps=1e-5 if algo == "ppo" else 1e-8, fused=not autocast)
+    g = torch.Generator(device=device).manual_seed(0)
+    shape, n_actions = obs_space.shape, int(action_space.n)
+
+    def frames() -> torch.Tensor:
+        return torch.randint(0, 256, (batch, *shape), generator=g, device=device, dtype=torch.uint8)
+
+    actions = torch.randint(0, n_actions, (batch,), generator=g, device=device)
+    floats = [torch.randn(batch, generator=g, device=device) for _ in range(4)]
+    obs, next_obs = frames(), frames()
+    max_norm = hp.max_grad_norm
+
+    def step() -> None:
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
+            if algo == "ppo":
+                logprobs = -1.4 + 0.1 * floats[0]
+                loss = model.minibatch_loss(obs, actions, logprobs, floats[1], floats[2], floats[3]).loss
+            else:
+                with torch.no_grad():
+                    rewards, discounts = floats[0].sign(), torch.full_like(floats[0], hp.gamma)
+                    target = dqn_target(rewards, discounts, torch.zeros_like(rewards), model.q_target(next_obs).float())
+                q = model.q_net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+                loss, _ = dqn_loss(q.float(), target, torch.ones_like(target), hp.loss)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if max_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        opt.step()
+
+    return step, model
+
+
+def time_update(algo: str, batch: int, mode: str, device: str, iters: int) -> dict[str, Any]:
+    step, _ = update_step(algo, batch, mode, device)
+    t0 = time.perf_counter()
+    step()
+    sync(device)
+    first_s = time.perf_counter() - t0  # includes compilation
+    for _ in range(10):
+        step()
+    sync(device)
+    per_step = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            step()
+        sync(device)
+        per_step.append((time.perf_counter() - t0) / iters)
+    us = sorted(per_step)[len(per_step) // 2] * 1e6
+    return {"algo": algo, "batch": batch, "mode": mode, "us_per_step": us, "first_step_s": first_s}
+
+
+def section_update(ctx: Context) -> list[str]:
+    lines = [
+        "Median of 5 timings of " + str(ctx.update_iters) + " steps each, after 10 warm-up steps; "
+        '"first step" includes compilation. Samples/s = batch x gradient steps/s.',
+        "",
+        "| algorithm | batch | mode | us / gradient step | gradient steps/s | samples/s | vs fp32 | first step s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    # The configs' batches in every mode; a larger batch (where the GPU starts to fill) without compiling.
+    grid = [("ppo", 256, UPDATE_MODES), ("ppo", 2048, ["fp32", "bf16"]), ("dqn", 32, UPDATE_MODES)]
+    grid += [("dqn", 512, ["fp32", "bf16"])]
+    if not ctx.gpu:
+        grid = [("ppo", 32, ["fp32", "bf16", "compile"]), ("dqn", 32, ["fp32", "bf16", "compile"])]
+    for algo, batch, modes in grid:
+        base = None
+        for mode in modes:
+            try:
+                r = time_update(algo, batch, mode, ctx.device, ctx.update_iters)
+            except Exception as e:  # one failing mode (say, CUDA graphs) must not cost the others
+                lines.append(
+                    f"| {algo.upper()} | {batch} | {mode} | failed: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0][:120]} | | | | |"
+                )
+                continue
+            ctx.record("update", r)
+            base = base or r["us_per_step"]
+            rate = 1e6 / r["us_per_step"]
+            lines.append(
+                f"| {algo.upper()} | {batch} | {mode} | {r['us_per_step']:,.0f} | {rate:,.0f} | "
+                f"{rate * batch:,.0f} | {base / r['us_per_step']:.2f}x | {r['first_step_s']:.1f} |"
+            )
+            print(lines[-1], flush=True)
+    return lines
+
+
+# ------------------------------------------------------------------------------------------- fits
+def load_config(path: str) -> tuple[type, dict[str, Any], dict[str, Any]]:
+    """``(class, init args, trainer args)`` of a YAML config, as ``rl-lightning fit`` reads it."""
+    import yaml
+
+    from rl_lightning.envs import EnvConfig
+
+    full = yaml.safe_load((ROOT / path).read_text())
+    module_path, cls_name = full["model"]["class_path"].rsplit(".", 1)
+    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
+    init = dict(full["model"]["init_args"])
+    init["env"] = EnvConfig(**init["env"])
+    return cls, init, full.get("trainer", {})
+
+
+def fit_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """One fit of ``spec["config"]`` with ``spec``'s overrides; steady-state rates from a callback."""
+    import dataclasses
+
+    import lightning as L
+
+    from rl_lightning.callbacks import CompileNetworks
+
+    torch.set_num_threads(1)
+    cls, init, trainer_args = load_config(spec["config"])
+    init["env"] = dataclasses.replace(init["env"], **spec.get("env", {}))
+    init.update(spec.get("model", {}))
+    total = init["total_env_steps"]
+    init["env_steps_per_epoch"] = total
+
+    class Clock(L.Callback):
+        def __init__(self) -> None:
+            self.marks: list[tuple[float, float, int, int]] = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            sync(pl_module.device.type)
+            self.marks.append((time.perf_counter(), time.process_time(), pl_module.env_steps, trainer.global_step))
+
+    L.seed_everything(0, verbose=False)
+    model = cls(**init)
+    clock = Clock()
+    trainer = L.Trainer(
+        accelerator=spec["accelerator"],
+        devices=1,
+        precision=spec.get("precision", "32-true"),
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,  # no evaluation: an untrained Atari policy can play for 27k steps
+        log_every_n_steps=trainer_args.get("log_every_n_steps", 10),
+        callbacks=[clock] + ([CompileNetworks()] if spec.get("compile") else []),
+    )
+    start = time.perf_counter()
+    trainer.fit(model)
+    fit_s = time.perf_counter() - start
+    marks = clock.marks
+    first = next((i for i, m in enumerate(marks) if m[3] >= WINDOW_FROM_GRAD_STEP), len(marks) - 2)
+    (t0, c0, e0, g0), (t1, c1, e1, g1) = marks[min(first, len(marks) - 2)], marks[-1]
+    return {
+        "env_steps_per_s": (e1 - e0) / (t1 - t0),
+        "grad_steps_per_s": (g1 - g0) / (t1 - t0),
+        "cpu_s_per_s": (c1 - c0) / (t1 - t0),
+        "window_env_steps": e1 - e0,
+        "env_steps": model.env_steps,
+        "grad_steps": trainer.global_step,
+        "fit_s": fit_s,
+    }
+
+
+def run_fit(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """``fit_worker`` in a fresh process (no compile caches, thread pools or CUDA state shared)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, __file__, "--fit-worker", json.dumps(spec)]
+    out = subprocess.run(
+        ["timeout", "-s", "KILL", str(int(timeout_s)), *cmd], env=env, capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"rc {out.returncode}: {out.stderr.strip()[-1500:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def atari_specs(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+    accel = "gpu" if ctx.gpu else "cpu"
+    if ctx.gpu:
+        ppo = {"config": "configs/ppo/atari.yaml", "model": {"total_env_steps": 16 * 1024}}
+        dqn = {
+            "config": "configs/dqn/atari.yaml",
+            "model": {"total_env_steps": 12_000, "learning_starts": 2_000, "buffer_size": 100_000},
+        }
+    else:  # tiny: checks the code path only
+        ppo = {"config": "configs/ppo/atari.yaml", "model": {"total_env_steps": 8 * 128, "num_steps": 16}}
+        dqn = {
+            "config": "configs/dqn/atari.yaml",
+            "model": {"total_env_steps": 1_000, "learning_starts": 500, "buffer_size": 2_000},
+        }
+    runs = [
+        ("PPO, sync, fp32", {**ppo, "accelerator": accel}),
+        ("PPO, async, fp32", {**ppo, "accelerator": accel, "env": {"vectorization": "async"}}),
+        (
+            "PPO, async, bf16-mixed",
+            {**ppo, "accelerator": accel, "env": {"vectorization": "async"}, "precision": "bf16-mixed"},
+        ),
+        ("PPO, async, compile", {**ppo, "accelerator": accel, "env": {"vectorization": "async"}, "compile": True}),
+        ("DQN, fp32", {**dqn, "accelerator": accel}),
+        ("DQN, bf16-mixed", {**dqn, "accelerator": accel, "precision": "bf16-mixed"}),
+        ("DQN, compile", {**dqn, "accelerator": accel, "compile": True}),
+    ]
+    return runs
+
+
+def section_atari(ctx: Context) -> list[str]:
+    lines = [
+        "PPO: BreakoutNoFrameskip-v4, configs/ppo/atari.yaml (8 envs x 128 steps, 4 epochs x 4 minibatches of 256), "
+        "16 rollouts. DQN: ALE/Pong-v5, configs/dqn/atari.yaml (1 env, a gradient step of 32 every 4 env steps) "
+        "with learning_starts 2,000, 12,000 env steps. Rates over the steady-state window (from optimizer step "
+        f"{WINDOW_FROM_GRAD_STEP} to the end, evaluation off); CPU s/s = the training process's CPU seconds per "
+        "second (the async env workers not included).",
+        "",
+        "| run | env steps/s | gradient steps/s | CPU s/s | fit s (start-up, compile incl.) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, spec in atari_specs(ctx):
+        if ctx.remaining() < 25:
+            lines.append(f"| {name} | skipped: out of time | | | |")
+            continue
+        try:
+            r = run_fit(spec, min(240, ctx.remaining() - 5))
+        except Exception as e:
+            lines.append(f"| {name} | failed: {str(e).splitlines()[-1][:150]} | | | |")
+            print(f"{name} failed: {e}", file=sys.stderr, flush=True)
+            continue
+        ctx.record("atari", {"run": name, **r})
+        lines.append(
+            f"| {name} | {r['env_steps_per_s']:,.0f} | {r['grad_steps_per_s']:,.1f} | {r['cpu_s_per_s']:.2f} "
+            f"| {r['fit_s']:.1f} |"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
+# ----------------------------------------------------------------------------- other benchmarks
+def section_torch_envs(ctx: Context) -> list[str]:
+    md = ctx.out / "torch_envs.md"
+    args = ["--device", ctx.device, "--num-envs", "65536" if ctx.gpu else "256", "--write", str(md)]
+    args += ["--seconds", "1"] if ctx.gpu else ["--seconds", "0.2", "--skip-ppo"]
+    cmd = [sys.executable, str(ROOT / "benchmarks/torch_envs.py"), *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run(
+        ["timeout", "-s", "KILL", str(int(ctx.remaining() - 5)), *cmd], env=env, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        return [f"failed (rc {out.returncode}):", "", "```", out.stderr.strip()[-1500:], "```"]
+    text = md.read_text()
+    return text[text.index("### ") :].splitlines()[1:]  # the subsection, without its heading
+
+
+def section_cartpole(ctx: Context) -> list[str]:
+    accel = "gpu" if ctx.gpu else "cpu"
+    steps = 30_720 if ctx.gpu else 10_240
+    runs = ["devices=1"] + [
+        f"accelerator={accel},{extra}"
+        for extra in ("devices=1", "devices=1,precision=bf16-mixed", "devices=1,compile=1", "devices=1,num_envs=64")
+    ]
+    lines = [
+        f"configs/ppo/cartpole.yaml hyperparameters, {steps:,} env steps per run; the first run is on the CPU.",
+        "",
+        "| run | env steps/s | CPU ms / 1k steps | fit s (start-up incl.) |",
+        "|---|---:|---:|---:|",
+    ]
+    for spec in runs:
+        if ctx.remaining() < 20:
+            lines.append(f"| {spec} | skipped: out of time | | |")
+            continue
+        try:
+            r = scaling.measure(spec, steps, timeout_s=int(min(180, ctx.remaining() - 5)))
+        except Exception as e:
+            lines.append(f"| {spec} | failed: {str(e).splitlines()[-1][:150]} | | |")
+            continue
+        ctx.record("cartpole", r)
+        lines.append(f"| {spec} | {r['steps_per_s']:,.0f} | {r['cpu_ms_per_1k_steps']:.0f} | {r['fit_s']:.1f} |")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def section_learn_bf16(ctx: Context) -> list[str]:
     import lightning as L
 
     from rl_lightning import PPO, EnvConfig
 
     L.seed_everything(0, verbose=False)
+    steps = 100_000 if ctx.gpu else 2_048
     model = PPO(
         env=EnvConfig("CartPole-v1", num_envs=8),
-        total_env_steps=100_000,
+        total_env_steps=steps,
+        env_steps_per_epoch=steps,
         num_steps=32,
         learning_rate=1e-3,
         gamma=0.98,
         gae_lambda=0.8,
         update_epochs=20,
         num_minibatches=1,
+        ent_coef=0.0,
     )
     trainer = L.Trainer(
-        accelerator=accelerator,
+        accelerator="gpu" if ctx.gpu else "cpu",
         devices=1,
         precision="bf16-mixed",
         max_epochs=-1,
@@ -84,49 +429,104 @@ def learn_bf16(accelerator: str) -> tuple[float, float]:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
     start = time.perf_counter()
     trainer.fit(model)
-    return float(trainer.callback_metrics["val/episode_return"]), time.perf_counter() - start
+    ret = float(trainer.callback_metrics["val/episode_return"])
+    wall = time.perf_counter() - start
+    ctx.record("learn_bf16", {"eval_return": ret, "fit_s": wall, "env_steps": model.env_steps})
+    return [f"Seed 0, {model.env_steps:,} env steps: eval return {ret:.1f} (20 episodes), fit {wall:.0f} s."]
+
+
+# ------------------------------------------------------------------------------------------- main
+class Context:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.gpu = not args.smoke_cpu
+        self.device = "cuda" if self.gpu else "cpu"
+        self.out = args.out
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.deadline = time.perf_counter() + args.budget_s
+        self.update_iters = 50 if self.gpu else 3
+        self.results: dict[str, Any] = {}
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def record(self, section: str, result: dict[str, Any]) -> None:
+        self.results.setdefault(section, []).append(result)
+        (self.out / "gpu.json").write_text(json.dumps(self.results, indent=1))
+
+    def write(self, lines: list[str]) -> None:
+        text = "\n".join(lines) + "\n"
+        with open(self.out / "gpu.md", "a") as f:
+            f.write(text)
+        print(text, flush=True)
+
+
+def machine_line(ctx: Context) -> str:
+    import gymnasium
+    import lightning
+
+    try:
+        import ale_py
+
+        ale = f", ale-py {ale_py.__version__}"
+    except ImportError:
+        ale = ""
+    where = torch.cuda.get_device_name() if ctx.gpu else "CPU only (--smoke-cpu)"
+    return (
+        f"{where}, {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}, torch {torch.__version__} "
+        f"(CUDA {torch.version.cuda}), lightning {lightning.__version__}, gymnasium {gymnasium.__version__}{ale}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; one torch thread per process."
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer env steps, no learning run")
-    parser.add_argument("--smoke-cpu", action="store_true", help="run every section on CPU (checks the script)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--out", type=Path, default=Path("gpu_results"), help="where gpu.md and gpu.json go")
+    parser.add_argument("--budget-s", type=float, default=480, help="stop starting work after this many seconds")
+    parser.add_argument("--smoke-cpu", action="store_true", help="run every section on CPU at tiny sizes")
+    parser.add_argument("--fit-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fit_worker:
+        print(json.dumps(fit_worker(json.loads(args.fit_worker))))
+        return
     torch.set_num_threads(1)
-    gpu = not args.smoke_cpu
-    if gpu and not torch.cuda.is_available():
+    ctx = Context(args)
+    if ctx.gpu and not torch.cuda.is_available():
         raise SystemExit("No CUDA GPU visible; use --smoke-cpu to check the script on CPU.")
-    device, accelerator = ("cuda", "gpu") if gpu else ("cpu", "cpu")
-    n_gpus = torch.cuda.device_count() if gpu else 0
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, " + (torch.cuda.get_device_name() if gpu else "CPU"))
+    ctx.write(["## GPU run — `benchmarks/gpu.py`", "", machine_line(ctx)])
+    titles = {
+        "transfers": "Host-device copies in one PPO rollout (8 CartPole envs, 256 vector steps)",
+        "update": "Atari networks: gradient steps/s of the update alone",
+        "atari": "Atari fits through the Trainer: env steps/s and gradient steps/s",
+        "torch_envs": "Torch-native envs on the GPU (`benchmarks/torch_envs.py --device cuda --num-envs 65536`)",
+        "cartpole": "PPO CartPole-v1: CPU vs GPU, precision, compile",
+        "learn_bf16": "PPO CartPole-v1 in bf16-mixed on the GPU",
+    }
+    sections = {
+        "transfers": section_transfers,
+        "update": section_update,
+        "atari": section_atari,
+        "torch_envs": section_torch_envs,
+        "cartpole": section_cartpole,
+        "learn_bf16": section_learn_bf16,
+    }
+    for name in args.sections.split(","):
+        start = time.perf_counter()
+        if ctx.gpu and ctx.remaining() < SECTION_S[name] / 3:
+            ctx.write([f"### {titles[name]}", "", f"Skipped: {ctx.remaining():.0f} s left of the budget."])
+            continue
+        try:
+            lines = sections[name](ctx)
+        except Exception as e:
+            import traceback
 
-    t = count_transfers(device)
-    print("\n### Host-device copies in one PPO rollout (8 CartPole envs)\n")
-    print("| vector steps | steps with a truncation | host->device | device->host |\n|---:|---:|---:|---:|")
-    print(f"| {t['vector_steps']} | {t['truncation_steps']} | {t['htod']} | {t['dtoh']} |")
-    if gpu:
-        assert t["htod"] <= t["vector_steps"] + 2 * t["truncation_steps"] + 3, t
-        assert t["dtoh"] <= t["vector_steps"] + 1, t
-
-    steps = 20_480 if args.quick or args.smoke_cpu else 102_400
-    runs = ["devices=1"] + [
-        f"accelerator={accelerator},{extra}"
-        for extra in ("devices=1", "devices=1,precision=bf16-mixed", "devices=1,compile=1", "devices=1,num_envs=64")
-    ]
-    if n_gpus > 1:
-        runs.append(f"accelerator=gpu,devices={n_gpus}")
-    print(f"\n### PPO CartPole-v1 env-steps/s ({steps} env steps per run)\n")
-    print("| run | env steps/s | fit s (start-up incl.) | final eval return |\n|---|---:|---:|---:|")
-    for spec in runs:
-        r = scaling.measure(spec, steps)
-        print(f"| {spec} | {r['steps_per_s']:,.0f} | {r['fit_s']:.1f} | {r['val_return']:.0f} |", flush=True)
-
-    if not args.quick and not args.smoke_cpu:
-        ret, wall = learn_bf16(accelerator)
-        print(f"\n### PPO CartPole-v1, bf16-mixed on the GPU, seed 0, 100k env steps: eval {ret:.1f} in {wall:.0f} s")
+            lines = ["Failed:", "", "```", traceback.format_exc()[-2000:], "```"]
+            print(f"section {name} failed: {e}", file=sys.stderr, flush=True)
+        ctx.write([f"### {titles[name]}", "", *lines, "", f"({time.perf_counter() - start:.0f} s)", ""])
 
 
 if __name__ == "__main__":

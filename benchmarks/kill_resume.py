@@ -40,7 +40,7 @@ def fit(cwd: Path, budget: int, resume: bool, log: Path) -> subprocess.Popen:
     ]
     if resume:
         args += ["--ckpt_path", "last"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with log.open("w") as err:  # a file, not a pipe: a killed child's pipe would need draining
         return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
 

@@ -59,7 +59,12 @@ def run(config: str, seed: int) -> dict[str, Any]:
 
 
 def launch(config: str, seed: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     out = subprocess.run(
         [sys.executable, __file__, "--child", config, str(seed)], capture_output=True, text=True, env=env, check=False
     )

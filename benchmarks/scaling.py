@@ -51,7 +51,7 @@ def measure(spec: str, env_steps: int, timeout_s: int = 900) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         cmd = [sys.executable, __file__, "--worker", spec, "--env-steps", str(env_steps), "--json", str(result)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         out = subprocess.run(["timeout", "-s", "KILL", str(timeout_s), *cmd], env=env, capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"{spec} failed:\n{out.stderr[-3000:]}")

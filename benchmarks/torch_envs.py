@@ -152,7 +152,11 @@ def run_ppo(config: str, device: str, seed: int) -> dict[str, Any]:
 
 def launch(args: argparse.Namespace, config: str, device: str) -> dict[str, Any]:
     """One PPO run in a fresh subprocess (no shared thread pools or caches; imports not timed)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": str(args.threads),
+    }
     cmd = [sys.executable, __file__, "--child", config, "--device", device, "--threads", str(args.threads)]
     cmd += ["--seed", str(args.seed)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
