@@ -126,8 +126,10 @@ def update_step(algo: str, batch: int, mode: str, device: str) -> tuple[Callable
         model.compile_networks(mode="reduce-overhead" if mode == "compile-cudagraphs" else None)
     autocast = mode == "bf16"
     params = [p for p in model.parameters() if p.requires_grad]
-    # The fit's optimizer: fused Adam, except under mixed precision with gradient clipping (RLModule.adam).
-    opt = torch.optim.Adam(params, lr=hp.learning_rate, eps=1e-5 if algo == "ppo" else 1e-8, fused=not autocast)
+    opt = model.configure_optimizers()  # the fit's: fused Adam ...
+    if autocast:  # ... except under mixed precision with gradient clipping (RLModule.adam)
+        for group in opt.param_groups:
+            group["fused"] = False
     g = torch.Generator(device=device).manual_seed(0)
     shape, n_actions = obs_space.shape, int(action_space.n)
 
@@ -229,6 +231,22 @@ def load_config(path: str) -> tuple[type, dict[str, Any], dict[str, Any]]:
     return cls, init, full.get("trainer", {})
 
 
+def quiet_trainer(**kwargs: Any) -> Any:
+    """A Trainer on one device with no logger, checkpoints, progress bar or sanity check."""
+    import lightning as L
+
+    defaults: dict[str, Any] = {
+        "devices": 1,
+        "max_epochs": -1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+    }
+    return L.Trainer(**{**defaults, **kwargs})
+
+
 def fit_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One fit of ``spec["config"]`` with ``spec``'s overrides; steady-state rates from a callback."""
     import dataclasses
@@ -255,16 +273,9 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any]:
     L.seed_everything(0, verbose=False)
     model = cls(**init)
     clock = Clock()
-    trainer = L.Trainer(
+    trainer = quiet_trainer(
         accelerator=spec["accelerator"],
-        devices=1,
         precision=spec.get("precision", "32-true"),
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         limit_val_batches=0,  # no evaluation: an untrained Atari policy can play for 27k steps
         log_every_n_steps=trainer_args.get("log_every_n_steps", 10),
         callbacks=[clock] + ([CompileNetworks()] if spec.get("compile") else []),
@@ -404,33 +415,12 @@ def section_cartpole(ctx: Context) -> list[str]:
 def section_learn_bf16(ctx: Context) -> list[str]:
     import lightning as L
 
-    from rl_lightning import PPO, EnvConfig
-
-    L.seed_everything(0, verbose=False)
+    cls, init, _ = load_config("configs/ppo/cartpole.yaml")
     steps = 100_000 if ctx.gpu else 2_048
-    model = PPO(
-        env=EnvConfig("CartPole-v1", num_envs=8),
-        total_env_steps=steps,
-        env_steps_per_epoch=steps,
-        num_steps=32,
-        learning_rate=1e-3,
-        gamma=0.98,
-        gae_lambda=0.8,
-        update_epochs=20,
-        num_minibatches=1,
-        ent_coef=0.0,
-    )
-    trainer = L.Trainer(
-        accelerator="gpu" if ctx.gpu else "cpu",
-        devices=1,
-        precision="bf16-mixed",
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    init.update(total_env_steps=steps, env_steps_per_epoch=steps)  # one evaluation, at the end
+    L.seed_everything(0, verbose=False)
+    model = cls(**init)
+    trainer = quiet_trainer(accelerator="gpu" if ctx.gpu else "cpu", precision="bf16-mixed")
     start = time.perf_counter()
     trainer.fit(model)
     ret = float(trainer.callback_metrics["val/episode_return"])
