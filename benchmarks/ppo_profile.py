@@ -6,7 +6,10 @@
    ``training_step``; the rest is Lightning's loop, logging and GAE.
 2. The same update in a bare loop on random data, cumulatively: forward + loss, + backward,
    + gradient clipping, + fused Adam; then the whole update with the loss compiled (``compile: true``).
-3. The activation: ``torch.tanh`` vs ``torch.sigmoid`` on one 256x64 hidden layer.
+3. The activation: ``torch.tanh`` vs ``torch.sigmoid`` on one 256x64 hidden layer, and whether MKL,
+   which computes torch's float32 ``tanh``, ``exp`` and ``log`` on the CPU, runs its fast code path
+   here: it takes it on Intel CPUs only, and on others (AMD) ``tanh`` costs ~6x more (see
+   docs/benchmarks.md, "MKL's vector math on AMD CPUs").
 4. The eager floor: the same update with the networks as plain functions of their weights (no
    ``nn.Module`` calls, no framework), and the ceiling it puts on any eager PPO with this config:
    ``256 / (collect + 20 x floor)`` env steps/s, with ``collect`` measured in 1.
@@ -14,7 +17,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import lightning as L
@@ -123,8 +128,21 @@ def bare_update(batch: int = 256) -> None:
     x = torch.randn(batch, 64)
     print(
         f"256x64: torch.tanh {per_call_us(lambda: torch.tanh(x), 2000):.1f} us, "
-        f"torch.sigmoid {per_call_us(lambda: torch.sigmoid(x), 2000):.1f} us"
+        f"torch.sigmoid {per_call_us(lambda: torch.sigmoid(x), 2000):.1f} us; "
+        f"MKL's fast (Intel) code path: {mkl_intel_path()}"
     )
+
+
+def mkl_intel_path() -> str:
+    """Whether the MKL linked into torch passes its Intel check (``mkl_serv_intel_cpu_true``), looked
+    up as MKL's own calls resolve it: the process's global symbols first (an ``LD_PRELOAD`` override
+    wins), then libtorch_cpu."""
+    for library in (None, str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")):
+        try:
+            return "yes" if ctypes.CDLL(library).mkl_serv_intel_cpu_true() else "no"
+        except (OSError, AttributeError):
+            continue
+    return "unknown (no MKL symbols found)"
 
 
 def eager_floor(collect_s: float, batch: int = 256) -> None:

@@ -51,3 +51,19 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
         torch.set_num_threads(threads)  # the worker sets 1 (it is meant for a fresh process)
     assert r["env_steps"] == 400 and r["grad_steps"] == 300  # one per env step after the random fill
     assert r["env_steps_per_s"] > 0 and r["grad_steps_per_s"] > 0
+
+
+def test_lightning_overhead_script_pairs_fit_and_plain_steps() -> None:
+    """benchmarks/lightning_overhead.py (issue 9's overhead figure) keeps running: the paired
+    measurement of both setups and the hook attribution, at a tiny size."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/lightning_overhead.py"), "--rollouts", "4"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    assert out.count("Lightning's overhead") == 2
+    hooks = next(line for line in out.splitlines() if line.startswith("of which the hooks"))
+    for hook in ("on_before_backward", "on_after_backward", "on_before_optimizer_step"):
+        assert hook in hooks  # dispatched once per optimizer step, so counted
