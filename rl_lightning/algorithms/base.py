@@ -23,6 +23,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -150,6 +151,10 @@ class RLModule(L.LightningModule):
                 f"{self.suggest_for(action_space)}"
             )
         self.build_networks(observation_space, action_space)
+        if isinstance(action_space, gym.spaces.Box):
+            # For act_in_env. Not persistent: derived from the env, so checkpoints stay as they were.
+            for name, bound in (("_action_low", action_space.low), ("_action_high", action_space.high)):
+                self.register_buffer(name, torch.as_tensor(bound, dtype=torch.float32), persistent=False)
         self._built = True
 
     def suggest_for(self, action_space: gym.Space) -> str:
@@ -354,6 +359,36 @@ class RLModule(L.LightningModule):
         config = dataclasses.replace(self.env_config, backend="gymnasium")
         return make_vector_env(config, num_envs=num_envs, render_mode=render_mode, training=False)
 
+    def act_in_env(self, obs: Tensor) -> Tensor:
+        """The actions evaluation plays: ``forward``'s deterministic actions, clipped to the bounds of a
+        Box action space (PPO's and A2C's Gaussian mean is unbounded; the others' are within them)."""
+        actions = self(obs, deterministic=True)
+        if hasattr(self, "_action_low"):
+            actions = torch.clamp(actions, self._action_low, self._action_high)
+        return actions
+
+    def export_policy(self, path: str | Path | None = None) -> torch.export.ExportedProgram:
+        """The evaluation policy (``act_in_env``: observations in, env actions out) as a ``torch.export``
+        program for any batch size, on the module's device; written to ``path`` (``.pt2``) if given.
+
+        It runs with torch alone (no rl_lightning, Lightning or gymnasium):
+        ``torch.export.load(path).module()(obs)``, observations as the env gives them (raw; uint8 frames
+        for Atari), normalization included. The program holds all of the module's weights.
+        """
+        spaces = self._probe_spaces()
+        self._build_once(*spaces)
+        example = torch.as_tensor(np.stack([spaces[0].sample()] * 2), device=self.device)
+        was_training = self.training
+        try:
+            program = torch.export.export(
+                _EvaluationPolicy(self.eval()), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},)
+            )
+        finally:
+            self.train(was_training)
+        if path is not None:
+            torch.export.save(program, path)
+        return program
+
     @torch.no_grad()
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Play one deterministic episode per seed, all at once in a vector env (``make_eval_env``)."""
@@ -362,12 +397,8 @@ class RLModule(L.LightningModule):
             obs, _ = envs.reset(seed=seeds)
             returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
             pending = np.ones(len(seeds), dtype=bool)
-            act_space = envs.single_action_space
             while pending.any():
-                actions = self(torch.as_tensor(obs, device=self.device), deterministic=True).cpu().numpy()
-                if isinstance(act_space, gym.spaces.Box):
-                    actions = np.clip(actions, act_space.low, act_space.high)
-                obs, _, _, _, infos = envs.step(actions)
+                obs, _, _, _, infos = envs.step(self.act_in_env(torch.as_tensor(obs, device=self.device)).cpu().numpy())
                 final = episode_stats(infos)
                 if final is not None:
                     ended, r, ln = final
@@ -413,6 +444,18 @@ class RLModule(L.LightningModule):
             self.env_config.seed = int(state["env_seed"])
         # load_from_checkpoint calls this before load_state_dict: the networks must exist by then.
         self._build_once(*self._probe_spaces())
+
+
+class _EvaluationPolicy(torch.nn.Module):
+    """``module.act_in_env`` as a module's forward, without autograd: what ``export_policy`` traces."""
+
+    def __init__(self, module: RLModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, obs: Tensor) -> Tensor:
+        with torch.no_grad():
+            return self.module.act_in_env(obs)
 
 
 def _as_env_config(env: EnvConfig | dict[str, Any] | None) -> EnvConfig:

@@ -30,9 +30,10 @@ from PIL import Image  # a dependency of tensorboard
 def play_rendered(
     module: Any, envs: gym.vector.VectorEnv, seed: int, max_steps: int, on_frame: Sequence[Callable[[np.ndarray], Any]]
 ) -> tuple[float, int]:
-    """Play one deterministic episode of ``module`` in ``envs`` (its eval env: one sub-env made with
-    ``render_mode="rgb_array"``), passing each rendered frame (uint8 ``[H, W, 3]``) to every ``on_frame``:
-    the first state and the state after every step, so ``length + 1`` frames.
+    """Play one episode of ``module``'s evaluation policy (``act_in_env``) in ``envs`` (its eval env:
+    one sub-env made with ``render_mode="rgb_array"``), passing each rendered frame (uint8
+    ``[H, W, 3]``) to every ``on_frame``: the first state and the state after every step, so
+    ``length + 1`` frames.
 
     The sub-env of a ``SyncVectorEnv`` is stepped directly: the vector env would reset it inside the last
     step (SAME_STEP autoreset), before its final state could be rendered. Other vector envs are stepped
@@ -41,7 +42,6 @@ def play_rendered(
     Returns ``(episode_return, length)``; the episode is cut after ``max_steps`` steps.
     """
     single = envs.envs[0] if isinstance(envs, gym.vector.SyncVectorEnv) else None
-    act_space = envs.single_action_space
 
     def render() -> None:
         frame = single.render() if single is not None else envs.render()[0]
@@ -52,9 +52,7 @@ def play_rendered(
     render()
     episode_return, length, done = 0.0, 0, False
     while not done and length < max_steps:
-        actions = module(torch.as_tensor(obs, device=module.device), deterministic=True).cpu().numpy()
-        if isinstance(act_space, gym.spaces.Box):
-            actions = np.clip(actions, act_space.low, act_space.high)
+        actions = module.act_in_env(torch.as_tensor(obs, device=module.device)).cpu().numpy()
         if single is not None:
             obs, reward, terminated, truncated, _ = single.step(actions[0])
             obs = np.asarray(obs)[None]
