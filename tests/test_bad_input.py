@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from rl_lightning import A2C, DQN, PPO, EnvConfig
 from rl_lightning.cli import main
+from rl_lightning.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 PPO_CARTPOLE = ["--config", str(ROOT / "configs/ppo/cartpole.yaml")]
@@ -34,6 +36,8 @@ CASES = [
     (["--model.eval_episodes", "0"], "eval_episodes must be >= 1"),
     (["--model.env.num_envs", "0"], "num_envs must be >= 1"),
     (["--model.env.vectorization", "parallel"], "vectorization"),
+    (["--model.hidden_sizes", "[64, 0]"], r"hidden_sizes must be positive, got \[64, 0\]"),
+    (["--model.env.backend", "jax"], "backend"),
     (["--model.learning_rat", "0.1"], "learning_rat"),  # typo in a key
     (["--model.env.env_idd", "CartPole-v1"], "env_idd"),
     (["--model.gamma", "abc"], "gamma"),  # wrong type
@@ -52,6 +56,7 @@ CASES += [
     ([*DQN_CARTPOLE, "--model.n_step", "0"], "n_step must be >= 1"),
     ([*DQN_CARTPOLE, "--model.learning_starts", "200000"], "learning_starts must be in .*first update"),
     ([*DQN_CARTPOLE, "--model.tau", "1.5"], r"tau must be in \(0, 1\]"),
+    ([*DQN_CARTPOLE, "--model.hidden_sizes", "[0]"], "hidden_sizes must be positive"),
     ([*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"], r"DQN cannot handle the action space Box.*SAC, TD3 or DDPG"),
 ]
 
@@ -113,3 +118,17 @@ def test_cli_prints_one_paragraph_without_traceback(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == "rl-lightning: error: gamma must be in (0, 1], got 2.0."
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "pattern"),
+    [
+        (lambda: PPO(EnvConfig("CartPole-v1", backend="jax")), "env.backend must be 'gymnasium' or 'torch', got 'jax'"),
+        (lambda: A2C(EnvConfig("CartPole-v1"), hidden_sizes=(0,)), "hidden_sizes must be positive"),
+        (lambda: DQN(EnvConfig("CartPole-v1"), hidden_sizes=(64, -1)), "hidden_sizes must be positive"),
+    ],
+)
+def test_python_api_checks_what_the_cli_parser_cannot(make, pattern):
+    """Without the CLI's typed parsing, the module's own checks catch these (before any env exists)."""
+    with pytest.raises(ConfigError, match=pattern):
+        make()

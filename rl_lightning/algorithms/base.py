@@ -95,6 +95,10 @@ class RLModule(L.LightningModule):
             self.env_config.vectorization in ("sync", "async"),
             f"env.vectorization must be 'sync' or 'async', got {self.env_config.vectorization!r}.",
         )
+        check(
+            self.env_config.backend in ("gymnasium", "torch"),
+            f"env.backend must be 'gymnasium' or 'torch', got {self.env_config.backend!r}.",
+        )
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:

@@ -192,6 +192,8 @@ class DQN(RLModule):
             raise ConfigError(f"loss must be 'huber' or 'mse', got {hp.loss!r}.")
         if hp.max_grad_norm is not None and hp.max_grad_norm <= 0:
             raise ConfigError(f"max_grad_norm must be > 0 or None, got {hp.max_grad_norm}.")
+        if not all(h >= 1 for h in hp.hidden_sizes):
+            raise ConfigError(f"hidden_sizes must be positive, got {list(hp.hidden_sizes)}.")
 
     def suggest_for(self, action_space: gym.Space) -> str:
         if isinstance(action_space, gym.spaces.Box):

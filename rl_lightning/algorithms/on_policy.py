@@ -44,6 +44,7 @@ class OnPolicyMixin:
         check(hp.learning_rate > 0, f"learning_rate must be > 0, got {hp.learning_rate}.")
         check(hp.num_steps >= 1, f"num_steps must be >= 1, got {hp.num_steps}.")
         check(hp.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}, got {hp.activation!r}.")
+        check(all(h >= 1 for h in hp.hidden_sizes), f"hidden_sizes must be positive, got {list(hp.hidden_sizes)}.")
 
     def uses_critic(self) -> bool:
         return True
