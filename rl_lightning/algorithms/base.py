@@ -49,7 +49,9 @@ class RLModule(L.LightningModule):
 
     Subclasses set ``action_spaces`` (the gymnasium action space types they handle), implement
     ``build_networks``, ``batches_per_epoch``, ``generate_batches`` and ``training_step``, and expose
-    ``forward(obs, deterministic=True) -> actions`` for acting.
+    ``forward(obs, deterministic=True) -> actions`` for acting. With a Box action space the module
+    has float32 buffers ``action_low`` and ``action_high`` (the env's bounds, not saved in checkpoints)
+    from before ``build_networks`` on.
 
     An algorithm whose ``training_step`` runs several backward passes that each reach only some of
     its parameters (actor and critic updated separately: SAC, TD3, DDPG) sets
@@ -154,11 +156,11 @@ class RLModule(L.LightningModule):
                 f"{self.env_config.env_id!r}; it supports {[s.__name__ for s in self.action_spaces]}. "
                 f"{self.suggest_for(action_space)}"
             )
-        self.build_networks(observation_space, action_space)
         if isinstance(action_space, gym.spaces.Box):
-            # For act_in_env. Not persistent: derived from the env, so checkpoints stay as they were.
-            for name, bound in (("_action_low", action_space.low), ("_action_high", action_space.high)):
+            # Not persistent: derived from the env, so checkpoints hold only what training changes.
+            for name, bound in (("action_low", action_space.low), ("action_high", action_space.high)):
                 self.register_buffer(name, torch.as_tensor(bound, dtype=torch.float32), persistent=False)
+        self.build_networks(observation_space, action_space)
         self._built = True
 
     def suggest_for(self, action_space: gym.Space) -> str:
@@ -367,8 +369,8 @@ class RLModule(L.LightningModule):
         """The actions evaluation plays: ``forward``'s deterministic actions, clipped to the bounds of a
         Box action space (PPO's and A2C's Gaussian mean is unbounded; the others' are within them)."""
         actions = self(obs, deterministic=True)
-        if hasattr(self, "_action_low"):
-            actions = torch.clamp(actions, self._action_low, self._action_high)
+        if hasattr(self, "action_low"):
+            actions = torch.clamp(actions, self.action_low, self.action_high)
         return actions
 
     def export_policy(self, path: str | Path | None = None) -> torch.export.ExportedProgram:

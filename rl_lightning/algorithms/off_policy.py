@@ -63,11 +63,6 @@ def check_action_space(module: RLModule, action_space: gym.Space) -> None:
         )
 
 
-def action_bounds(action_space: gym.spaces.Box) -> tuple[Tensor, Tensor]:
-    low, high = (torch.as_tensor(b, dtype=torch.float32) for b in (action_space.low, action_space.high))
-    return low, high
-
-
 # ------------------------------------------------------------------------------------------ data
 def batches_per_epoch(module: Any) -> int:
     per_phase = module.hparams.train_freq * module.env_config.num_envs * module.trainer.world_size

@@ -148,9 +148,6 @@ class SAC(RLModule):
         self.actor = TanhGaussianActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=2, activation=hp.activation)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        low, high = off_policy.action_bounds(action_space)
-        self.register_buffer("action_low", low, persistent=False)
-        self.register_buffer("action_high", high, persistent=False)
         self.target_entropy = float(-act_dim if hp.target_entropy is None else hp.target_entropy)
         self.observation_space, self.action_space = observation_space, action_space
 

@@ -149,9 +149,6 @@ class TD3(RLModule):
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=self.n_critics, activation=hp.activation)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        low, high = off_policy.action_bounds(action_space)
-        self.register_buffer("action_low", low, persistent=False)
-        self.register_buffer("action_high", high, persistent=False)
         self.observation_space, self.action_space = observation_space, action_space
 
     # ------------------------------------------------------------------------------------- data
