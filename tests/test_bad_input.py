@@ -85,6 +85,7 @@ CASES += [
     (off_policy("sac") + ["--model.ent_coef", "-0.1"], "ent_coef must be 'auto' or a number > 0, got -0.1"),
     (off_policy("sac") + ["--model.gamma", "1.01"], r"gamma must be in \(0, 1\], got 1.01"),
     (off_policy("td3") + ["--model.policy_frequency", "0"], "policy_frequency must be >= 1, got 0"),
+    (off_policy("sac") + ["--model.phases_per_step", "0"], "phases_per_step must be >= 1, got 0"),
     (off_policy("td3") + ["--model.exploration_noise", "-0.1"], "exploration_noise must be >= 0, got -0.1"),
     (off_policy("ddpg") + ["--model.policy_frequency", "2"], "policy_frequency"),  # DDPG has no delay to set
     (off_policy("sac") + ["--model.env.env_id", "test/MultiBinary-v0"], r"SAC cannot handle .*MultiBinary\(2\)"),

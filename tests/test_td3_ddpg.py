@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import DDPG, TD3, EnvConfig
+from rl_lightning import DDPG, SAC, TD3, EnvConfig
 from rl_lightning.algorithms.td3 import deterministic_actor_loss, smoothed_target_actions, td3_target
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.errors import ConfigError
@@ -86,7 +86,7 @@ def test_target_smoothing_noise_is_drawn_only_when_configured():
 @pytest.mark.parametrize(("cls", "policy_frequency"), [(TD3, 2), (TD3, 3), (DDPG, 1)])
 def test_actor_and_targets_update_once_every_policy_frequency_critic_updates(cls, policy_frequency):
     kw = {} if cls is DDPG else {"policy_frequency": policy_frequency}
-    model = tiny(cls, gradient_steps=1, **kw)
+    model = tiny(cls, gradient_steps=1, phases_per_step=1, **kw)  # one update per training step
     snapshots = []
 
     class Watch(L.Callback):
@@ -238,3 +238,41 @@ def test_pendulum_acceptance(cls, seed):
     wall = time.perf_counter() - start
     print(f"{cls.__name__} Pendulum seed {seed}: eval return {ret:.1f} at 20k env steps, {wall:.0f} s")
     assert ret >= -200
+
+
+# ------------------------------------------------------------------------- phases per step
+@pytest.mark.parametrize("cls", [SAC, TD3])
+def test_phases_per_step_changes_nothing_but_speed(cls):
+    """Grouping collection phases into one Lightning training step runs the same collection and the
+    same updates in the same order (each phase collected after the previous phase's updates), and
+    stops at the same env step when the budget ends inside a group: 108 env steps in the first phase
+    (learning_starts 100, then 4 vector steps of 2 envs), 8 in each next; the 7th, at 156 >= 150, is
+    the 3rd of the second group of 4."""
+    runs = []
+    for k in (1, 4):
+        L.seed_everything(0)
+        model = tiny(cls, total_env_steps=150, env_steps_per_epoch=80, phases_per_step=k)
+        trainer = quick_trainer()
+        trainer.fit(model)
+        params = [p.detach().clone() for p in model.parameters()]
+        runs.append((params, model.env_steps, model.num_updates, trainer.global_step))
+    (params_1, *counts_1), (params_4, *counts_4) = runs
+    assert counts_1 == counts_4 and counts_1[0] == 156
+    for x, y in zip(params_1, params_4, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def test_each_phase_is_collected_after_the_previous_phases_updates():
+    seen = []  # (env steps, updates) right after each phase was collected
+    model = tiny(TD3, phases_per_step=3, total_env_steps=200, env_steps_per_epoch=200)
+    collect = type(model).generate_batches
+
+    def recording(self):
+        for group in collect(self):
+            yield (seen.append((self.env_steps, self.num_updates)) or phase for phase in group)
+
+    model.generate_batches = recording.__get__(model)
+    quick_trainer().fit(model)
+    steps, updates = zip(*seen, strict=True)
+    assert list(updates) == [3 * i for i in range(len(seen))]  # gradient_steps=3 after every phase
+    assert [b - a for a, b in zip(steps, steps[1:], strict=False)] == [8] * (len(seen) - 1)  # 4 x 2 envs

@@ -35,6 +35,8 @@ class DDPG(TD3):
         train_freq: Vector steps per collection phase (``train_freq * env.num_envs`` env steps per
             rank); each phase is followed by ``gradient_steps`` updates.
         gradient_steps: Gradient steps (critic, then actor) after each collection phase.
+        phases_per_step: Collection phases (each followed by its updates) per Lightning training step
+            (speed only: the run is the same; metrics are logged per training step).
         exploration_noise: Std of the Gaussian noise added to the actor's actions during collection,
             relative to half the action range (0.1 adds 10 % of it).
         hidden_sizes: Hidden widths of the actor and of the critic.
@@ -61,6 +63,7 @@ class DDPG(TD3):
         learning_starts: int = 100,
         train_freq: int = 1,
         gradient_steps: int = 1,
+        phases_per_step: int = 10,
         exploration_noise: float = 0.1,
         hidden_sizes: tuple[int, ...] = (400, 300),
         activation: str = "relu",
@@ -80,6 +83,7 @@ class DDPG(TD3):
             learning_starts=learning_starts,
             train_freq=train_freq,
             gradient_steps=gradient_steps,
+            phases_per_step=phases_per_step,
             exploration_noise=exploration_noise,
             policy_frequency=1,  # no delayed policy updates
             target_policy_noise=0.0,  # no target policy smoothing

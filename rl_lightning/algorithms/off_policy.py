@@ -3,7 +3,8 @@ replay buffer, sampling, the replay buffer in checkpoints, hyperparameter checks
 
 Functions of the module rather than a base class, so each algorithm stays ``RLModule -> algorithm``
 and its file shows where its data comes from. They read the module's ``hparams`` (``buffer_size,
-batch_size, learning_starts, train_freq, gradient_steps, save_replay_buffer, buffer_on_cpu``) and
+batch_size, learning_starts, train_freq, gradient_steps, phases_per_step, save_replay_buffer,
+buffer_on_cpu``) and
 attributes ``replay``, ``collector``, ``num_updates`` and ``_replay_state``.
 
 Actions are normalized: the actor outputs and the critics and replay buffer take actions in
@@ -40,7 +41,7 @@ def check_hparams(hp: Any, total_env_steps: int) -> None:
     check(0 < hp.gamma <= 1, f"gamma must be in (0, 1], got {hp.gamma}.")
     check(0 < hp.tau <= 1, f"tau must be in (0, 1], got {hp.tau}.")
     check(hp.learning_rate > 0, f"learning_rate must be > 0, got {hp.learning_rate}.")
-    for name in ("batch_size", "train_freq", "gradient_steps"):
+    for name in ("batch_size", "train_freq", "gradient_steps", "phases_per_step"):
         check(hp[name] >= 1, f"{name} must be >= 1, got {hp[name]}.")
     check(hp.buffer_size >= hp.batch_size, f"buffer_size={hp.buffer_size} must be >= batch_size={hp.batch_size}.")
     check(hp.learning_starts >= 0, f"learning_starts must be >= 0, got {hp.learning_starts}.")
@@ -64,18 +65,26 @@ def check_action_space(module: RLModule, action_space: gym.Space) -> None:
 
 
 # ------------------------------------------------------------------------------------------ data
-def batches_per_epoch(module: Any) -> int:
+def phases_per_epoch(module: Any) -> int:
     per_phase = module.hparams.train_freq * module.env_config.num_envs * module.trainer.world_size
     return math.ceil(module.env_steps_per_epoch / per_phase)
 
 
-def collection_phases(module: Any, explore: Callable[[Tensor], Tensor]) -> Iterator[int]:
-    """One epoch of collection phases; yields the env steps (all ranks) each collected.
+def batches_per_epoch(module: Any) -> int:
+    return math.ceil(phases_per_epoch(module) / module.hparams.phases_per_step)
+
+
+def collection_phases(module: Any, explore: Callable[[Tensor], Tensor]) -> Iterator[Iterator[int]]:
+    """One epoch of collection phases in groups of ``phases_per_step``, one group per training step
+    (the last group of an epoch may be smaller); each phase yields the env steps (all ranks) it
+    collected.
 
     A phase is ``train_freq`` vector steps with ``explore(obs) -> [-1, 1] actions``. The first phase
     of a run (or of a resumed run without a saved buffer) first fills the buffer with
     ``learning_starts`` env steps of uniformly random actions, so every epoch has the same number of
-    training steps (what DDP needs).
+    training steps (what DDP needs). A group is lazy: ``gradient_steps`` collects each phase when the
+    training step reaches it, after the updates of the phase before, so the run is the same as with
+    one phase per training step; only Lightning's fixed cost per training step is paid less often.
     """
     hp, world = module.hparams, module.trainer.world_size
     if module.replay is None:
@@ -86,10 +95,31 @@ def collection_phases(module: Any, explore: Callable[[Tensor], Tensor]) -> Itera
         )
     per_vector_step = module.env_config.num_envs * world
     warmup_until = math.ceil(hp.learning_starts / per_vector_step)
-    for _ in range(batches_per_epoch(module)):
-        collected = module.collector.collect(explore, hp.train_freq, warmup_until) * per_vector_step
+
+    def phase() -> int:
+        with module._naming_env_faults("Experience collection"):  # run inside training_step
+            collected = module.collector.collect(explore, hp.train_freq, warmup_until) * per_vector_step
         module.env_steps += collected
-        yield collected
+        return collected
+
+    def group(count: int) -> Iterator[int]:
+        for i in range(count):
+            if i > 0 and module.env_steps >= module.total_env_steps:
+                return  # the budget is spent: stop where one phase per training step would
+            yield phase()
+
+    left = phases_per_epoch(module)
+    while left > 0:
+        count = min(hp.phases_per_step, left)
+        left -= count
+        yield group(count)
+
+
+def gradient_steps(module: Any, phases: Iterator[int]) -> Iterator[int]:
+    """A training step's updates: ``gradient_steps`` after each of its phases, each phase collected
+    when the previous one's updates are done."""
+    for _ in phases:
+        yield from range(module.hparams.gradient_steps)
 
 
 def make_replay(module: Any, buffer_class: type[ReplayBuffer] = ReplayBuffer, **kwargs: Any) -> ReplayBuffer:

@@ -15,8 +15,9 @@ noise of std ``exploration_noise`` (relative to half the action range), uniforml
 the first ``learning_starts`` env steps, Polyak-averaged targets, the actor maximizing ``Q_1``.
 Actions are normalized to ``[-1, 1]`` inside (see ``off_policy``); ``forward`` returns env units.
 
-One Lightning training step is one collection phase (``train_freq`` vector steps into the replay
-buffer) followed by ``gradient_steps`` critic updates (manual optimization, two optimizers).
+One Lightning training step is ``phases_per_step`` collection phases (``train_freq`` vector steps
+into the replay buffer), each followed by ``gradient_steps`` critic updates (manual optimization,
+two optimizers); each phase is collected after the previous phase's updates, as with one per step.
 
 Deviations: none of substance. The delay counts gradient steps over the whole run (SB3's
 ``_n_updates``; CleanRL counts env steps). Time-limit truncation bootstraps from the final
@@ -78,6 +79,8 @@ class TD3(RLModule):
         train_freq: Vector steps per collection phase (``train_freq * env.num_envs`` env steps per
             rank); each phase is followed by ``gradient_steps`` updates.
         gradient_steps: Critic updates after each collection phase.
+        phases_per_step: Collection phases (each followed by its updates) per Lightning training step
+            (speed only: the run is the same; metrics are logged per training step).
         exploration_noise: Std of the Gaussian noise added to the actor's actions during collection,
             relative to half the action range (0.1 adds 10 % of it).
         policy_frequency: Critic updates per actor and target update (TD3's delay).
@@ -110,6 +113,7 @@ class TD3(RLModule):
         learning_starts: int = 100,
         train_freq: int = 1,
         gradient_steps: int = 1,
+        phases_per_step: int = 10,
         exploration_noise: float = 0.1,
         policy_frequency: int = 2,
         target_policy_noise: float = 0.2,
@@ -155,9 +159,9 @@ class TD3(RLModule):
     def batches_per_epoch(self) -> int:
         return off_policy.batches_per_epoch(self)
 
-    def generate_batches(self) -> Iterator[int]:
-        """Yields the env steps (all ranks) of each collection phase; training_step samples the
-        replay buffer itself, once per gradient step."""
+    def generate_batches(self) -> Iterator[Iterator[int]]:
+        """Yields each training step's collection phases (lazily: see ``off_policy``); training_step
+        samples the replay buffer itself, once per gradient step."""
         yield from off_policy.collection_phases(self, self._explore)
 
     # ----------------------------------------------------------------------------------- acting
@@ -175,13 +179,13 @@ class TD3(RLModule):
         return (actions + noise).clamp(-1.0, 1.0)
 
     # --------------------------------------------------------------------------------- training
-    def training_step(self, collected: int, batch_idx: int) -> Tensor:
+    def training_step(self, phases: Iterator[int], batch_idx: int) -> Tensor:
         hp = self.hparams
         actor_opt, critic_opt = self.optimizers()
         log = self.should_log()
         critic_stats: list[Tensor] = []
         actor_stats: list[Tensor] = []
-        for _ in range(hp.gradient_steps):
+        for _ in off_policy.gradient_steps(self, phases):
             b = off_policy.sample(self)
             with torch.no_grad():
                 next_actions = self.actor_target(b.next_obs)
