@@ -164,6 +164,35 @@ def test_environment_fault_names_env_and_step_after_saving_a_checkpoint(tmp_path
     assert torch.load(tmp_path / "last.ckpt", weights_only=True)["rl_lightning"]["env_steps"] == 1152
 
 
+class FaultyBoxEnv(FaultyEnv):
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+
+gym.register("test/FaultyBox-v0", entry_point=FaultyBoxEnv)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: A2C(env=EnvConfig("test/Faulty-v0", num_envs=2, seed=0), total_env_steps=4096, eval_episodes=1),
+        lambda: SAC(
+            env=EnvConfig("test/FaultyBox-v0", num_envs=2, seed=0),
+            total_env_steps=4096,
+            learning_starts=1000,
+            batch_size=8,
+            hidden_sizes=(8,),
+            eval_episodes=1,
+        ),
+    ],
+    ids=["A2C", "SAC"],
+)
+def test_faults_in_collection_inside_the_training_step_are_named_too(make):
+    """A2C's rollouts and SAC's phases are collected inside training_step (lazily, several per step);
+    an env fault there is named like one in the data loader."""
+    with pytest.raises(CollectionError, match=r"Experience collection on 'test/Faulty(Box)?-v0' failed at env step"):
+        quick_trainer().fit(make())
+
+
 TINY = dict(total_env_steps=512, env_steps_per_epoch=256, eval_episodes=1)
 ALGORITHMS = {
     "PPO": lambda: PPO(env=EnvConfig("CartPole-v1", num_envs=2), num_steps=64, num_minibatches=1, **TINY),

@@ -139,7 +139,9 @@ class A2C(OnPolicyMixin, RLModule):
         # A generator: each rollout is collected when training_step asks for it, by the policy
         # the previous update left.
         for _ in range(count):
-            yield gae_batch(self.collect_rollout(), self.hparams.gamma, self.hparams.gae_lambda)
+            with self._naming_env_faults("Experience collection"):  # runs inside training_step
+                rollout = self.collect_rollout()
+            yield gae_batch(rollout, self.hparams.gamma, self.hparams.gae_lambda)
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, rollouts: Iterator[RolloutBatch], batch_idx: int) -> None:
