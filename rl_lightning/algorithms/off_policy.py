@@ -4,8 +4,7 @@ replay buffer, sampling, the replay buffer in checkpoints, hyperparameter checks
 Functions of the module rather than a base class, so each algorithm stays ``RLModule -> algorithm``
 and its file shows where its data comes from. They read the module's ``hparams`` (``buffer_size,
 batch_size, learning_starts, train_freq, gradient_steps, phases_per_step, save_replay_buffer,
-buffer_on_cpu``) and
-attributes ``replay``, ``collector``, ``num_updates`` and ``_replay_state``.
+buffer_on_cpu``) and attributes ``replay``, ``collector``, ``num_updates`` and ``_replay_state``.
 
 Actions are normalized: the actor outputs and the critics and replay buffer take actions in
 ``[-1, 1]^d``; the collector rescales them to the env's bounds on their way to the env
