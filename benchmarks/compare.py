@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, load_config, make_model
+
 EVAL_EPISODES = 20
 
 
@@ -169,20 +170,11 @@ def fit_config(
     steps, curve, training time)``: the curve has ``(training s, env steps, eval return)`` per
     evaluation; evaluation time is excluded."""
     import lightning as L
-    import yaml
 
-    from rl_lightning.envs import EnvConfig
-
-    full = yaml.safe_load((ROOT / config).read_text())
-    cfg = full["model"]
-    log_every = full.get("trainer", {}).get("log_every_n_steps", 10)  # the CLI's default is 10
-    module_path, cls_name = cfg["class_path"].rsplit(".", 1)
-    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
-    init = dict(cfg["init_args"])
-    init["env"] = EnvConfig(**init["env"])
-    init.update(eval_episodes=EVAL_EPISODES, **overrides)
+    cls, init, trainer_args = load_config(config)
+    log_every = trainer_args.get("log_every_n_steps", 10)  # the CLI's default is 10
     L.seed_everything(seed, verbose=False)
-    model = cls(**init)
+    model = make_model(cls, init, eval_episodes=EVAL_EPISODES, **overrides)
     clock = EvalClock()
     trainer = L.Trainer(
         max_epochs=-1,

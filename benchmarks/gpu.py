@@ -33,7 +33,6 @@ section that would not fit in the time left is skipped with a note:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -43,13 +42,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import scaling  # benchmarks/ is on sys.path: the script's own directory
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-_spec = importlib.util.spec_from_file_location("scaling", ROOT / "benchmarks/scaling.py")
-scaling = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(scaling)
+from common import ROOT, load_config, make_model, quiet_trainer
 
 SECTIONS = ["transfers", "update", "atari", "torch_envs", "cartpole", "learn_bf16"]
 # Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
@@ -110,9 +105,8 @@ def atari_module(algo: str, device: str) -> tuple[Any, Any, Any]:
     """The algorithm with its Atari config's hyperparameters, networks built, on ``device``, and the
     env's observation and action spaces."""
     cls, init, _ = load_config(f"configs/{algo}/atari.yaml")
-    model = cls(**init)
-    spaces = model._probe_spaces()
-    model._build_once(*spaces)
+    model = make_model(cls, init)
+    spaces = model.build_for_env()
     return model.to(device), *spaces
 
 
@@ -217,50 +211,15 @@ def section_update(ctx: Context) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- fits
-def load_config(path: str) -> tuple[type, dict[str, Any], dict[str, Any]]:
-    """``(class, init args, trainer args)`` of a YAML config, as ``rl-lightning fit`` reads it."""
-    import yaml
-
-    from rl_lightning.envs import EnvConfig
-
-    full = yaml.safe_load((ROOT / path).read_text())
-    module_path, cls_name = full["model"]["class_path"].rsplit(".", 1)
-    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
-    init = dict(full["model"]["init_args"])
-    init["env"] = EnvConfig(**init["env"])
-    return cls, init, full.get("trainer", {})
-
-
-def quiet_trainer(**kwargs: Any) -> Any:
-    """A Trainer on one device with no logger, checkpoints, progress bar or sanity check."""
-    import lightning as L
-
-    defaults: dict[str, Any] = {
-        "devices": 1,
-        "max_epochs": -1,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "num_sanity_val_steps": 0,
-    }
-    return L.Trainer(**{**defaults, **kwargs})
-
-
 def fit_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One fit of ``spec["config"]`` with ``spec``'s overrides; steady-state rates from a callback."""
-    import dataclasses
-
     import lightning as L
 
     from rl_lightning.callbacks import CompileNetworks
 
     torch.set_num_threads(1)
     cls, init, trainer_args = load_config(spec["config"])
-    init["env"] = dataclasses.replace(init["env"], **spec.get("env", {}))
-    init.update(spec.get("model", {}))
-    total = init["total_env_steps"]
-    init["env_steps_per_epoch"] = total
+    total = spec["model"]["total_env_steps"]
 
     class Clock(L.Callback):
         def __init__(self) -> None:
@@ -271,7 +230,7 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any]:
             self.marks.append((time.perf_counter(), time.process_time(), pl_module.env_steps, trainer.global_step))
 
     L.seed_everything(0, verbose=False)
-    model = cls(**init)
+    model = make_model(cls, init, env=spec.get("env", {}), **spec.get("model", {}), env_steps_per_epoch=total)
     clock = Clock()
     trainer = quiet_trainer(
         accelerator=spec["accelerator"],
@@ -417,9 +376,8 @@ def section_learn_bf16(ctx: Context) -> list[str]:
 
     cls, init, _ = load_config("configs/ppo/cartpole.yaml")
     steps = 100_000 if ctx.gpu else 2_048
-    init.update(total_env_steps=steps, env_steps_per_epoch=steps)  # one evaluation, at the end
     L.seed_everything(0, verbose=False)
-    model = cls(**init)
+    model = make_model(cls, init, total_env_steps=steps, env_steps_per_epoch=steps)  # one evaluation, at the end
     trainer = quiet_trainer(accelerator="gpu" if ctx.gpu else "cpu", precision="bf16-mixed")
     start = time.perf_counter()
     trainer.fit(model)

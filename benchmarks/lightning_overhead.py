@@ -1,4 +1,4 @@
-"""Lightning's fixed cost per optimizer step in our training loop (issue 9, acceptance 3).
+"""Lightning's fixed cost per optimizer step in our training loop.
 
     python benchmarks/lightning_overhead.py [--rollouts 300]
 
@@ -26,32 +26,30 @@ import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer import call as lightning_call
-from ppo_profile import CARTPOLE  # benchmarks/ is the script's directory, hence on sys.path
 
-from rl_lightning import PPO, EnvConfig
+from rl_lightning import PPO, EnvConfig, RunConfig
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
-from rl_lightning.data.rollout import RolloutBatch, gae_batch
+from rl_lightning.data.rollout import Rollout, gae_batch
+
+# configs/ppo/cartpole.yaml (SB3 zoo)
+CARTPOLE = dict(num_steps=32, learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, update_epochs=20, num_minibatches=1)
 
 
 class FixedRolloutPPO(PPO):
     """PPO that collects one rollout per fit and then trains on it again and again."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fixed: RolloutBatch | None = None
+    fixed: Rollout | None = None
 
-    def generate_batches(self) -> Iterator[RolloutBatch]:
-        if self.collector is None:  # the first batch of a fit (teardown closes the envs)
-            self.fixed = gae_batch(self.collect_rollout(), self.hparams.gamma, self.hparams.gae_lambda)
-        for _ in range(self.batches_per_epoch()):
-            yield self.fixed
+    def collect_rollout(self, policy: Any) -> Rollout:
+        if self.fixed is None:
+            self.fixed = super().collect_rollout(policy)
+        return self.fixed
 
 
 class PairedClock(L.Callback):
@@ -77,10 +75,11 @@ class PairedClock(L.Callback):
         self.start = time.perf_counter()
 
     def plain_rollout(self) -> float:
-        model, batch, hp = self.model, self.model.fixed, self.model.hparams
-        assert batch is not None
+        model, hp = self.model, self.model.hparams
+        assert model.fixed is not None
         params = list(model.parameters())
         t0 = time.perf_counter()
+        batch = gae_batch(model.fixed, hp.gamma, hp.gae_lambda)  # as the fit's training step does
         for _ in range(hp.update_epochs):
             out = model.minibatch_loss(
                 batch.obs, batch.actions, batch.logprobs, batch.advantages, batch.values, batch.returns
@@ -96,9 +95,9 @@ def measure(rollouts: int, log_dir: str | None, cli_callbacks: bool) -> tuple[li
     """Per-rollout seconds of ``rollouts`` paired fit and plain training steps."""
     L.seed_everything(0, verbose=False)
     model = FixedRolloutPPO(
-        EnvConfig("CartPole-v1", num_envs=8), total_env_steps=10**9, env_steps_per_epoch=10**9, **CARTPOLE
+        EnvConfig("CartPole-v1", num_envs=8), RunConfig(total_env_steps=10**9, env_steps_per_epoch=10**9), **CARTPOLE
     )
-    model._build_once(*model._probe_spaces())  # the networks exist before the plain loop's optimizer
+    model.build_for_env()  # the networks exist before the plain loop's optimizer
     clock = PairedClock(model)
     logger = L.pytorch.loggers.TensorBoardLogger(log_dir, name="overhead") if log_dir else False
     callbacks: list[L.Callback] = [clock]

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from rl_lightning.algorithms.ppo import ppo_loss
-from rl_lightning.data.rollout import RolloutCollector
+from rl_lightning.data.rollout import RolloutCollector, gae_batch
 from rl_lightning.envs import EnvConfig, episode_stats, make_vector_env
 from rl_lightning.networks import ActorCritic
 
@@ -66,7 +66,7 @@ def train(spec: Any, seed: int, eval_episodes: int, summarize) -> dict[str, Any]
 
     t0, eval_time, curve, env_steps, next_eval = time.perf_counter(), 0.0, [], 0, spec.eval_every
     while env_steps < spec.total_env_steps:
-        batch = collector.collect(agent, hp["gamma"], hp["gae_lambda"])
+        batch = gae_batch(collector.rollout(agent), hp["gamma"], hp["gae_lambda"])
         env_steps += rollout_size
         for group in opt.param_groups:
             group["lr"] = hp["learning_rate"] * max(1.0 - env_steps / spec.total_env_steps, 0.0)

@@ -63,7 +63,7 @@ def worker(spec: str, env_steps: int, json_path: Path) -> None:
     import torch
     from lightning.pytorch.strategies import DDPStrategy
 
-    from rl_lightning import PPO, EnvConfig
+    from rl_lightning import PPO, EnvConfig, RunConfig
     from rl_lightning.callbacks import CompileNetworks
 
     torch.set_num_threads(1)
@@ -82,9 +82,8 @@ def worker(spec: str, env_steps: int, json_path: Path) -> None:
     L.seed_everything(0, verbose=False)
     model = PPO(
         env=EnvConfig("CartPole-v1", num_envs=int(s["num_envs"])),
-        total_env_steps=env_steps,
-        env_steps_per_epoch=env_steps,  # one evaluation, at the end, outside the timed window
-        eval_episodes=devices,
+        # one evaluation, at the end, outside the timed window
+        run=RunConfig(total_env_steps=env_steps, env_steps_per_epoch=env_steps, eval_episodes=devices),
         # configs/ppo/cartpole.yaml (SB3 zoo)
         num_steps=32,
         learning_rate=1e-3,

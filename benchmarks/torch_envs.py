@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, load_config, make_model
+
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"]
 PPO_CONFIGS = {"torch": "configs/ppo/cartpole_torch.yaml", "gymnasium": "configs/ppo/cartpole.yaml"}
 SECTION = "## Torch-native environments"
@@ -92,17 +93,10 @@ def _time_steps(envs: Any, pool: list, num_envs: int, seconds: float, sync: Any 
 def run_ppo(config: str, device: str, seed: int) -> dict[str, Any]:
     import lightning as L
     import numpy as np
-    import yaml
     from lightning.pytorch.callbacks import Callback
 
-    from rl_lightning.envs import EnvConfig
-
-    cfg = yaml.safe_load((ROOT / config).read_text())["model"]
-    module_path, cls_name = cfg["class_path"].rsplit(".", 1)
-    cls = getattr(__import__(module_path, fromlist=[cls_name]), cls_name)
-    init = dict(cfg["init_args"])
-    init["env"] = EnvConfig(**init["env"])
-    total = init.get("total_env_steps", 1_000_000)
+    cls, init, _ = load_config(config)
+    total = make_model(cls, init).total_env_steps
 
     class Clock(Callback):
         """Training time with evaluation excluded."""
@@ -123,8 +117,7 @@ def run_ppo(config: str, device: str, seed: int) -> dict[str, Any]:
             self.train_cpu_s = time.process_time() - self.c0 - self.eval_cpu
 
     L.seed_everything(seed, verbose=False)
-    init.update(env_steps_per_epoch=total, eval_episodes=20)  # one evaluation, at the end
-    model = cls(**init)
+    model = make_model(cls, init, env_steps_per_epoch=total, eval_episodes=20)  # one evaluation, at the end
     clock = Clock()
     trainer = L.Trainer(
         max_epochs=-1,

@@ -9,7 +9,22 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from rl_lightning.algorithms import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, RLModule
+from rl_lightning.config import RunConfig
+from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.envs import EnvConfig, make_vector_env
 
 __version__ = "0.1.0"
-__all__ = ["A2C", "DDPG", "DQN", "PPO", "REINFORCE", "SAC", "TD3", "EnvConfig", "RLModule", "make_vector_env"]
+__all__ = [
+    "A2C",
+    "DDPG",
+    "DQN",
+    "PPO",
+    "REINFORCE",
+    "SAC",
+    "TD3",
+    "EnvConfig",
+    "ReplayConfig",
+    "RLModule",
+    "RunConfig",
+    "make_vector_env",
+]

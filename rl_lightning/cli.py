@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from lightning.pytorch import Trainer
@@ -32,6 +32,42 @@ from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
 from rl_lightning.errors import ConfigError
+
+
+class RLArgumentParser(LightningArgumentParser):
+    """Bad command-line or config input in one line: which argument, what was wrong (jsonargparse's own
+    report is the usage screen plus a nested trace of every type it tried)."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # a nested parser: its caller reports the error, with the full key
+            super().error(message, ex)
+        print(f"rl-lightning: error: {_short_parser_error(message)}", file=sys.stderr)
+        print("  (rl-lightning fit --help, or --model.help <Algorithm>, lists the arguments.)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _short_parser_error(message: str) -> str:
+    """``--model.activation: Expected a typing.Literal[...]. Got value: sigmoidd`` from jsonargparse's
+    nested report: the chain of keys and the innermost message."""
+    keys: list[str] = []
+    detail = ""
+    for line in message.splitlines():
+        text = line.strip().removeprefix("- ")
+        if match := re.fullmatch(r'(?:error: )?Parser key "([^"]+)":', text):
+            keys.append(match.group(1))
+        elif text and not text.startswith(
+            (
+                "Does not validate",
+                "Subtypes:",
+                "Errors:",
+                "Given value",
+                "Expected a <class 'NoneType'>",
+                "Problem with",
+            )
+        ):
+            detail = detail or text  # the first real message is the innermost one
+    argument = "--" + ".".join(keys) if keys else ""
+    return f"{argument}: {detail}" if argument and detail else (detail or message.strip())
 
 
 class RLCLI(LightningCLI):
@@ -123,6 +159,7 @@ def main(args: list[str] | None = None) -> None:
     try:
         RLCLI(
             RLModule,
+            parser_class=RLArgumentParser,
             subclass_mode_model=True,
             trainer_defaults=trainer_defaults(),
             save_config_kwargs={"overwrite": True},

@@ -39,7 +39,9 @@ from lightning.pytorch.loggers import Logger  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 
 from rl_lightning import PPO, SAC, TD3, EnvConfig, RLModule  # noqa: E402
+from rl_lightning.data.rollout import gae_batch  # noqa: E402
 from rl_lightning.envs.make import episode_stats  # noqa: E402
+from tests.helpers import build  # noqa: E402
 
 
 class PPOTwoLosses(PPO):
@@ -49,9 +51,10 @@ class PPOTwoLosses(PPO):
 
     ddp_find_unused_parameters = True
 
-    def training_step(self, batch, batch_idx: int) -> None:
+    def training_step(self, iterations: int, batch_idx: int) -> None:
         actor_opt, critic_opt = self.optimizers()
         agent = self.agent
+        batch = gae_batch(self.collect_rollout(agent), self.hparams.gamma, self.hparams.gae_lambda)
         losses = []
         for opt, loss in (
             (actor_opt, lambda: -agent.evaluate(batch.obs, batch.actions)[0].float().mul(batch.advantages).mean()),
@@ -92,23 +95,24 @@ def off_policy_args(steps: int) -> dict:
 # 1024 env steps reachable exactly with 2 ranks (1536 with 1), eval_episodes=3 (split 2 + 1), and
 # log_training called on every training step (the run logs every step). PPO: 64 env steps per rank a rollout.
 ALGOS: dict[str, Callable[[int], RLModule]] = {
-    "ppo": lambda steps: PPO(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS),
+    "ppo": lambda steps: build(PPO, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS),
     # target_kl: the early-stop decision uses the KL averaged over ranks, so ranks stop together.
-    "ppo_target_kl": lambda steps: PPO(
+    "ppo_target_kl": lambda steps: build(
+        PPO,
         env=EnvConfig("CartPole-v1", num_envs=4),
         total_env_steps=steps,
         **{**PPO_ARGS, "update_epochs": 6, "learning_rate": 0.01},
         target_kl=0.005,
     ),
-    "ppo_two_losses": lambda steps: PPOTwoLosses(
-        env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
+    "ppo_two_losses": lambda steps: build(
+        PPOTwoLosses, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
     ),
     # Off-policy: 64 env steps a phase with 2 ranks (32 with 1); the warm-up is two phases' worth, so the
     # first phase collects 192 and 1024 is reached exactly (1536 too, after a warm-up again on resume).
     # 16-step episodes end in every phase: Lightning re-emits a step metric's last value on later steps
     # of the epoch where it was not logged, so phases without an episode end would log stale returns.
-    "sac": lambda steps: SAC(env=PENDULUM_16, **off_policy_args(steps)),
-    "td3": lambda steps: TD3(env=PENDULUM_16, **off_policy_args(steps)),
+    "sac": lambda steps: build(SAC, env=PENDULUM_16, **off_policy_args(steps)),
+    "td3": lambda steps: build(TD3, env=PENDULUM_16, **off_policy_args(steps)),
 }
 
 

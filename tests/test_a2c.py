@@ -6,7 +6,7 @@ import torch
 
 from rl_lightning import A2C, EnvConfig
 from rl_lightning.algorithms.a2c import a2c_loss
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 
 def test_a2c_loss_matches_direct_computation():
@@ -32,7 +32,7 @@ def tiny_a2c(**kw) -> A2C:
         eval_episodes=1,
     )
     args.update(kw)
-    return A2C(**args)
+    return build(A2C, **args)
 
 
 def run_recording_collections(model: A2C):
@@ -40,9 +40,9 @@ def run_recording_collections(model: A2C):
     steps_at_collection = []
     original = model.collect_rollout
 
-    def recording():
+    def recording(policy):
         steps_at_collection.append(model.trainer.global_step)
-        return original()
+        return original(policy)
 
     model.collect_rollout = recording
     trainer = quick_trainer()
@@ -89,7 +89,7 @@ def test_invalid_hyperparameters_fail_at_construction(kw, msg):
 
 def train_a2c_cartpole(seed: int, total_env_steps: int) -> float:
     L.seed_everything(seed)
-    model = A2C(env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=total_env_steps)  # SB3 zoo = defaults
+    model = build(A2C, env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=total_env_steps)  # SB3 zoo = defaults
     trainer = quick_trainer()
     trainer.fit(model)
     return float(trainer.callback_metrics["val/episode_return"])

@@ -112,9 +112,16 @@ def test_frame_stacks_rebuilt_from_the_buffer_equal_the_real_observations():
 @pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "ALE/Breakout-v5"])
 def test_dqn_atari_config_smoke(env_id, tmp_path):
     args = ["fit", "--config", str(ROOT / "configs/dqn/atari.yaml"), "--model.env.env_id", env_id]
-    args += ["--model.total_env_steps", "400", "--model.learning_starts", "200", "--model.env_steps_per_epoch", "400"]
+    args += [
+        "--model.run.total_env_steps",
+        "400",
+        "--model.replay.learning_starts",
+        "200",
+        "--model.run.env_steps_per_epoch",
+        "400",
+    ]
     # Episodes capped at 2000 frames (500 agent steps, a truncation) keep the evaluation short.
-    args += ["--model.eval_episodes", "1", "--model.env.env_kwargs", "{max_num_frames_per_episode: 2000}"]
+    args += ["--model.run.eval_episodes", "1", "--model.env.env_kwargs", "{max_num_frames_per_episode: 2000}"]
     out = subprocess.run(
         [sys.executable, "-m", "rl_lightning.cli", *args, "--trainer.enable_progress_bar", "false"],
         cwd=tmp_path,
@@ -133,8 +140,8 @@ def test_dqn_atari_config_smoke(env_id, tmp_path):
 def test_ppo_atari_config_smoke(tmp_path):
     # configs/ppo/atari.yaml end to end on a tiny budget: 2 envs x 32 steps, 4 rollouts, one evaluation.
     args = ["fit", "--config", str(ROOT / "configs/ppo/atari.yaml"), "--model.env.num_envs", "2"]
-    args += ["--model.num_steps", "32", "--model.total_env_steps", "256", "--model.env_steps_per_epoch", "256"]
-    args += ["--model.eval_episodes", "1", "--model.env.env_kwargs", "{max_num_frames_per_episode: 2000}"]
+    args += ["--model.num_steps", "32", "--model.run.total_env_steps", "256", "--model.run.env_steps_per_epoch", "256"]
+    args += ["--model.run.eval_episodes", "1", "--model.env.env_kwargs", "{max_num_frames_per_episode: 2000}"]
     out = subprocess.run(
         [sys.executable, "-m", "rl_lightning.cli", *args, "--trainer.enable_progress_bar", "false"],
         cwd=tmp_path,

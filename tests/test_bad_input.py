@@ -10,6 +10,7 @@ import pytest
 from rl_lightning import A2C, DQN, PPO, EnvConfig
 from rl_lightning.cli import main
 from rl_lightning.errors import ConfigError
+from tests.helpers import build
 
 ROOT = Path(__file__).resolve().parents[1]
 PPO_CARTPOLE = ["--config", str(ROOT / "configs/ppo/cartpole.yaml")]
@@ -30,10 +31,10 @@ CASES = [
     (["--model.max_grad_norm", "0"], "max_grad_norm must be > 0"),
     (["--model.vf_coef", "-1"], "vf_coef must be >= 0"),
     (["--model.target_kl", "-0.01"], "target_kl must be > 0"),
-    (["--model.activation", "sigmoidd"], "activation must be one of .*sigmoidd"),
-    (["--model.total_env_steps", "0"], "total_env_steps must be >= 1"),
-    (["--model.env_steps_per_epoch", "0"], "env_steps_per_epoch must be >= 1"),
-    (["--model.eval_episodes", "0"], "eval_episodes must be >= 1"),
+    (["--model.activation", "sigmoidd"], r"--model.activation: Expected .*'tanh'.*Got value: sigmoidd"),
+    (["--model.run.total_env_steps", "0"], "total_env_steps must be >= 1"),
+    (["--model.run.env_steps_per_epoch", "0"], "env_steps_per_epoch must be >= 1"),
+    (["--model.run.eval_episodes", "0"], "eval_episodes must be >= 1"),
     (["--model.env.num_envs", "0"], "num_envs must be >= 1"),
     (["--model.env.vectorization", "parallel"], "vectorization"),
     (["--model.hidden_sizes", "[64, 0]"], r"hidden_sizes must be positive, got \[64, 0\]"),
@@ -50,14 +51,20 @@ CASES = [
 DQN_CARTPOLE = ["--config", str(ROOT / "configs/dqn/cartpole.yaml")]
 CASES += [
     (
-        [*DQN_CARTPOLE, "--model.batch_size", "512", "--model.buffer_size", "256"],
-        "buffer_size=256 must be >= batch_size=512",
+        [*DQN_CARTPOLE, "--model.replay.batch_size", "512", "--model.replay.buffer_size", "256"],
+        "replay.buffer_size=256 must be >= replay.batch_size=512",
     ),
     ([*DQN_CARTPOLE, "--model.n_step", "0"], "n_step must be >= 1"),
-    ([*DQN_CARTPOLE, "--model.learning_starts", "200000"], "learning_starts must be in .*first update"),
+    (
+        [*DQN_CARTPOLE, "--model.replay.learning_starts", "200000"],
+        r"replay.learning_starts must be in \[0, total_env_steps=100000\], got 200000",
+    ),
     ([*DQN_CARTPOLE, "--model.tau", "1.5"], r"tau must be in \(0, 1\]"),
     ([*DQN_CARTPOLE, "--model.hidden_sizes", "[0]"], "hidden_sizes must be positive"),
-    ([*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"], r"DQN cannot handle the action space Box.*SAC, TD3 or DDPG"),
+    (
+        [*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"],
+        r"DQN cannot handle the action space Box.*For Box actions use A2C, DDPG, PPO, REINFORCE, SAC, TD3",
+    ),
 ]
 
 
@@ -71,21 +78,27 @@ CASES += [
     (off_policy("td3") + ["--model.env.env_id", "CartPole-v1"], r"TD3 cannot handle the action space Discrete\(2\)"),
     (off_policy("ddpg") + ["--model.env.env_id", "Acrobot-v1"], r"DDPG cannot handle the action space Discrete\(3\)"),
     (
-        off_policy("sac") + ["--model.batch_size", "512", "--model.buffer_size", "256"],
-        "buffer_size=256 must be >= batch",
+        off_policy("sac") + ["--model.replay.batch_size", "512", "--model.replay.buffer_size", "256"],
+        "replay.buffer_size=256 must be >= replay.batch",
     ),
-    (off_policy("td3") + ["--model.batch_size", "300000"], "buffer_size=200000 must be >= batch_size=300000"),
+    (
+        off_policy("td3") + ["--model.replay.batch_size", "300000"],
+        "replay.buffer_size=200000 must be >= replay.batch_size=300000",
+    ),
     (off_policy("sac") + ["--model.tau", "0"], r"tau must be in \(0, 1\], got 0"),
     (off_policy("ddpg") + ["--model.tau", "1.5"], r"tau must be in \(0, 1\], got 1.5"),
     (
-        off_policy("sac") + ["--model.learning_starts", "30000"],
-        "learning_starts=30000 must be <= total_env_steps=20000",
+        off_policy("sac") + ["--model.replay.learning_starts", "30000"],
+        r"replay.learning_starts must be in \[0, total_env_steps=20000\], got 30000",
     ),
-    (off_policy("td3") + ["--model.total_env_steps", "5000"], "learning_starts=10000 must be <= total_env_steps=5000"),
+    (
+        off_policy("td3") + ["--model.run.total_env_steps", "5000"],
+        r"learning_starts must be in \[0, total_env_steps=5000\], got 10000",
+    ),
     (off_policy("sac") + ["--model.ent_coef", "-0.1"], "ent_coef must be 'auto' or a number > 0, got -0.1"),
     (off_policy("sac") + ["--model.gamma", "1.01"], r"gamma must be in \(0, 1\], got 1.01"),
     (off_policy("td3") + ["--model.policy_frequency", "0"], "policy_frequency must be >= 1, got 0"),
-    (off_policy("sac") + ["--model.phases_per_step", "0"], "phases_per_step must be >= 1, got 0"),
+    (off_policy("sac") + ["--model.replay.phases_per_step", "0"], "phases_per_step must be >= 1, got 0"),
     (off_policy("td3") + ["--model.exploration_noise", "-0.1"], "exploration_noise must be >= 0, got -0.1"),
     (off_policy("ddpg") + ["--model.policy_frequency", "2"], "policy_frequency"),  # DDPG has no delay to set
     (off_policy("sac") + ["--model.env.env_id", "test/MultiBinary-v0"], r"SAC cannot handle .*MultiBinary\(2\)"),
@@ -124,9 +137,12 @@ def test_cli_prints_one_paragraph_without_traceback(tmp_path):
 @pytest.mark.parametrize(
     ("make", "pattern"),
     [
-        (lambda: PPO(EnvConfig("CartPole-v1", backend="jax")), "env.backend must be 'gymnasium' or 'torch', got 'jax'"),
-        (lambda: A2C(EnvConfig("CartPole-v1"), hidden_sizes=(0,)), "hidden_sizes must be positive"),
-        (lambda: DQN(EnvConfig("CartPole-v1"), hidden_sizes=(64, -1)), "hidden_sizes must be positive"),
+        (
+            lambda: build(PPO, EnvConfig("CartPole-v1", backend="jax")),
+            "env.backend must be 'gymnasium' or 'torch', got 'jax'",
+        ),
+        (lambda: build(A2C, EnvConfig("CartPole-v1"), hidden_sizes=(0,)), "hidden_sizes must be positive"),
+        (lambda: build(DQN, EnvConfig("CartPole-v1"), hidden_sizes=(64, -1)), "hidden_sizes must be positive"),
     ],
 )
 def test_python_api_checks_what_the_cli_parser_cannot(make, pattern):

@@ -1,29 +1,14 @@
 """The `rl-lightning` command, run as a user would, in a subprocess."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT, cli
+
 CONFIGS = sorted(c for c in (ROOT / "configs").glob("*/*.yaml") if c.parent.name != "trainer")
 PRESETS = sorted((ROOT / "configs/trainer").glob("*.yaml"))
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rl_lightning.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        # This checkout, whatever is installed; one intra-op thread as in the test process (conftest):
-        # on a busy 2-core machine two threads per process made SAC's updates ~40x slower.
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-    )
 
 
 def test_fit_then_validate_from_checkpoint(tmp_path):
@@ -32,9 +17,9 @@ def test_fit_then_validate_from_checkpoint(tmp_path):
         "fit",
         "--config",
         str(cfg),
-        "--model.total_env_steps",
+        "--model.run.total_env_steps",
         "2048",
-        "--model.env_steps_per_epoch",
+        "--model.run.env_steps_per_epoch",
         "1024",
         "--trainer.enable_progress_bar",
         "false",
@@ -85,17 +70,17 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
     # Off-policy configs: a warm-up that fits the tiny budget (learning_starts > total_env_steps is an error).
     off_policy = any(f"rl_lightning.{algo}\n" in config.read_text() for algo in ("DQN", "SAC", "TD3", "DDPG"))
-    warmup = ["--model.learning_starts", "400"] if off_policy else []
+    warmup = ["--model.replay.learning_starts", "400"] if off_policy else []
     out = cli(
         "fit",
         "--config",
         str(config),
         *warmup,
-        "--model.total_env_steps",
+        "--model.run.total_env_steps",
         "512",
-        "--model.env_steps_per_epoch",
+        "--model.run.env_steps_per_epoch",
         "256",
-        "--model.eval_episodes",
+        "--model.run.eval_episodes",
         "1",
         "--trainer.enable_progress_bar",
         "false",
@@ -127,7 +112,14 @@ def test_bf16_preset_runs_on_cpu(tmp_path):
     out = cli(
         "fit",
         *("--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--config", str(ROOT / "configs/trainer/bf16.yaml")),
-        *("--model.total_env_steps", "512", "--model.env_steps_per_epoch", "256", "--model.eval_episodes", "1"),
+        *(
+            "--model.run.total_env_steps",
+            "512",
+            "--model.run.env_steps_per_epoch",
+            "256",
+            "--model.run.eval_episodes",
+            "1",
+        ),
         *("--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"),
         cwd=tmp_path,
     )

@@ -5,13 +5,12 @@ import torch
 
 from rl_lightning import PPO, EnvConfig
 from rl_lightning.callbacks import CompileNetworks
-from tests.conftest import quick_trainer
-from tests.test_learning import CARTPOLE_PPO
+from tests.helpers import CARTPOLE_PPO, build, quick_trainer
 
 
 def tiny_ppo(**kw) -> PPO:
     args = dict(env=EnvConfig("CartPole-v1", num_envs=4, seed=0), num_steps=16, env_steps_per_epoch=128)
-    return PPO(**{**args, "total_env_steps": 128, "eval_episodes": 1, **kw})
+    return build(PPO, **{**args, "total_env_steps": 128, "eval_episodes": 1, **kw})
 
 
 def test_compile_covers_every_entry_point_and_keeps_checkpoints_compatible(tmp_path):
@@ -47,7 +46,7 @@ def test_compiled_ppo_learns_cartpole():
     import lightning as L
 
     L.seed_everything(0)
-    model = PPO(env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=100_000, **CARTPOLE_PPO)
+    model = build(PPO, env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=100_000, **CARTPOLE_PPO)
     trainer = quick_trainer(callbacks=[CompileNetworks()])
     trainer.fit(model)
     assert float(trainer.callback_metrics["val/episode_return"]) >= 475
@@ -59,7 +58,7 @@ def test_default_compile_networks_compiles_each_network_forward():
 
     class Toy(RLModule):
         def __init__(self):
-            super().__init__(None, 1, 1, 1)
+            super().__init__(None, None)
             self.q_net = mlp(4, (8,), 2)
 
     toy = Toy()

@@ -4,7 +4,7 @@ import lightning as L
 import pytest
 
 from rl_lightning import A2C, PPO, REINFORCE, EnvConfig
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 
 @pytest.mark.parametrize("algo", [PPO, A2C, REINFORCE])
@@ -13,7 +13,7 @@ def test_actions_sent_to_the_env_stay_within_bounds(algo):
     # BoundedActionEnv asserts on every action it receives.
     L.seed_everything(0)
     env = EnvConfig("test/BoundedAction-v0", num_envs=2)
-    model = algo(env=env, total_env_steps=256, env_steps_per_epoch=128, eval_episodes=2)
+    model = build(algo, env=env, total_env_steps=256, env_steps_per_epoch=128, eval_episodes=2)
     trainer = quick_trainer()
     trainer.fit(model)
     assert model.env_steps >= 256 and "val/episode_return" in trainer.callback_metrics
@@ -33,7 +33,9 @@ PENDULUM_PPO = dict(
 
 def train_ppo_pendulum(seed: int, total_env_steps: int, **kw) -> float:
     L.seed_everything(seed)
-    model = PPO(env=EnvConfig("Pendulum-v1", num_envs=4), total_env_steps=total_env_steps, **{**PENDULUM_PPO, **kw})
+    model = build(
+        PPO, env=EnvConfig("Pendulum-v1", num_envs=4), total_env_steps=total_env_steps, **{**PENDULUM_PPO, **kw}
+    )
     trainer = quick_trainer()
     trainer.fit(model)
     return float(trainer.callback_metrics["val/episode_return"])

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import quick_trainer
 from tests.ddp_script import ALGOS
+from tests.helpers import quick_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests/ddp_script.py"
@@ -105,7 +105,14 @@ def test_cli_with_the_ddp_preset(tmp_path):
             *(sys.executable, "-m", "rl_lightning.cli", "fit"),
             *("--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--config", str(ROOT / "configs/trainer/ddp.yaml")),
             *("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.enable_progress_bar", "false"),
-            *("--model.total_env_steps", "1024", "--model.env_steps_per_epoch", "512", "--model.eval_episodes", "2"),
+            *(
+                "--model.run.total_env_steps",
+                "1024",
+                "--model.run.env_steps_per_epoch",
+                "512",
+                "--model.run.eval_episodes",
+                "2",
+            ),
         ],
         cwd=tmp_path,
     )

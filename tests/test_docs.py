@@ -2,6 +2,7 @@
 relative link in the docs, the README and the notebooks points at a file that exists."""
 
 import ast
+import dataclasses
 import inspect
 import re
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.test_help import ALGORITHMS
+from tests.helpers import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -18,7 +19,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 def hyperparameter_table(page: Path) -> dict[str, str]:
     """``{argument: default}`` from the page's ``| `argument` | `default` | meaning |`` rows."""
-    rows = re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", page.read_text(), flags=re.M)
+    rows = re.findall(r"^\| `([\w.]+)` \| `([^`]*)` \|", page.read_text(), flags=re.M)
     return dict(rows)
 
 
@@ -27,7 +28,14 @@ def test_algorithm_page_lists_every_hyperparameter_with_its_default(algo):
     page = ROOT / "docs/algorithms" / f"{algo.__name__.lower()}.md"
     assert page.exists(), f"write {page.relative_to(ROOT)} from docs/algorithms/TEMPLATE.md"
     table = hyperparameter_table(page)
-    params = {n: p.default for n, p in inspect.signature(algo.__init__).parameters.items() if n != "self"}
+    params = {}
+    for name, param in inspect.signature(algo.__init__).parameters.items():
+        if dataclasses.is_dataclass(param.default):  # a config of its own (run, replay): one row per field
+            params.update(
+                {f"{name}.{f.name}": getattr(param.default, f.name) for f in dataclasses.fields(param.default)}
+            )
+        elif name != "self":
+            params[name] = param.default
     missing = [f"| `{n}` | `{d!r}` | ... |" for n, d in params.items() if n not in table]
     assert not missing, "add to the hyperparameter table:\n" + "\n".join(missing)
     assert list(table) == list(params), "keep the table in signature order"

@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from rl_lightning import DQN, EnvConfig
 from rl_lightning.algorithms.dqn import dqn_loss, dqn_target, linear_schedule
 from rl_lightning.networks.q_networks import QNetwork
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 
 def tiny_dqn(**kw) -> DQN:
@@ -27,7 +27,7 @@ def tiny_dqn(**kw) -> DQN:
         eval_episodes=2,
     )
     args.update(kw)
-    return DQN(**args)
+    return build(DQN, **args)
 
 
 def test_double_dqn_target_differs_from_vanilla_and_equals_the_formula():
@@ -71,21 +71,23 @@ def test_dueling_head_centres_advantages():
     torch.testing.assert_close(net(obs).mean(-1), net.value(features).squeeze(-1))
 
 
-def test_every_epoch_yields_the_same_number_of_batches_including_warm_up():
+def test_every_epoch_has_the_same_number_of_phases_including_warm_up():
     model = tiny_dqn()
-    counts, collected = [], []
-    original = model.generate_batches
+    collected, epoch_ends = [], []
+    original = model.collect_phase
 
-    def counting():
-        counts.append(0)
-        for batch in original():
-            counts[-1] += 1
-            collected.append(batch)
-            yield batch
+    def recording(act):
+        collected.append(original(act))
+        return collected[-1]
 
-    model.generate_batches = counting
-    trainer = quick_trainer()
+    class EpochEnds(L.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            epoch_ends.append(len(collected))
+
+    model.collect_phase = recording
+    trainer = quick_trainer(callbacks=[EpochEnds()])
     trainer.fit(model)
+    counts = [b - a for a, b in zip([0, *epoch_ends], epoch_ends, strict=False)]
     # 200 env steps per epoch / 8 per phase = 25 phases; the first also holds the 100-step warm-up.
     assert counts[:-1] == [25] * (len(counts) - 1) and counts[-1] <= 25
     assert collected[0] == 100 + 8 and set(collected[1:]) == {8}
@@ -179,15 +181,20 @@ def test_checkpoint_round_trips_replay_buffer_and_epsilon(tmp_path):
 
     resumed = tiny_dqn(total_env_steps=800, save_replay_buffer=True)
     at_resume = {}
-    make_replay = resumed._make_replay
 
-    def capture():
-        replay = make_replay()
-        at_resume.update(state=replay.state_dict(), epsilon=resumed.epsilon)
-        return replay
+    class Capture(L.Callback):
+        def on_train_start(self, trainer, module):
+            at_resume["epsilon"] = module.epsilon
+            make_buffer = module.replay._make_buffer
 
-    resumed._make_replay = capture
-    quick_trainer().fit(resumed, ckpt_path=tmp_path / "last.ckpt")
+            def capture(*args):  # the restored buffer, before the envs start (and end its episodes)
+                buffer = make_buffer(*args)
+                at_resume["state"] = buffer.state_dict()
+                return buffer
+
+            module.replay._make_buffer = capture
+
+    quick_trainer(callbacks=[Capture()]).fit(resumed, ckpt_path=tmp_path / "last.ckpt")
     assert at_resume["epsilon"] == saved["epsilon"]
     for name, value in saved["replay_buffer"].items():
         restored = at_resume["state"][name]
@@ -197,7 +204,7 @@ def test_checkpoint_round_trips_replay_buffer_and_epsilon(tmp_path):
             assert torch.equal(torch.as_tensor(value), torch.as_tensor(restored)), name
     # It continued from the restored buffer (no second warm-up): 404 -> 804 in phases of 8 env steps.
     assert resumed.env_steps == 804
-    assert resumed.replay.num_adds == 804 // 2
+    assert resumed.replay.buffer.num_adds == 804 // 2
 
     loaded = DQN.load_from_checkpoint(tmp_path / "last.ckpt")
     assert loaded(torch.zeros(3, 4)).shape == (3,)
@@ -212,7 +219,9 @@ def test_replay_buffer_is_left_out_of_checkpoints_by_default(tmp_path):
 
 def test_continuous_actions_fail_at_once_pointing_to_sac_td3_ddpg():
     model = tiny_dqn(env=EnvConfig("Pendulum-v1", num_envs=1))
-    with pytest.raises(ValueError, match=r"DQN cannot handle the action space Box\(.*SAC, TD3 or DDPG"):
+    with pytest.raises(
+        ValueError, match=r"DQN cannot handle the action space Box\(.*use A2C, DDPG, PPO, REINFORCE, SAC, TD3"
+    ):
         quick_trainer().fit(model)
     assert model.env_steps == 0
 
@@ -226,7 +235,7 @@ def test_continuous_actions_fail_at_once_pointing_to_sac_td3_ddpg():
         ({"n_step": 0}, "n_step"),
         ({"end_e": 1.5}, "end_e"),
         ({"loss": "l1"}, "loss"),
-        ({"batch_size": 2000}, "buffer_size=1000 must be >= batch_size=2000"),
+        ({"batch_size": 2000}, "replay.buffer_size=1000 must be >= replay.batch_size=2000"),
         ({"learning_starts": -1}, "learning_starts"),
     ],
 )

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rl_lightning import DQN, PPO, SAC, EnvConfig
+from tests.helpers import build
 
 # The deployed side: torch only; importing rl_lightning, gymnasium or lightning fails there.
 RUN_EXPORTED = """
@@ -29,29 +30,29 @@ print(json.dumps(out))
 
 
 def built(model):
-    model._build_once(*model._probe_spaces())
+    model.build_for_env()
     return model.eval()
 
 
 def test_exported_policies_act_like_evaluation_without_rl_lightning(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    normalized = built(PPO(EnvConfig("CartPole-v1"), normalize_obs=True))
+    normalized = built(build(PPO, EnvConfig("CartPole-v1"), normalize_obs=True))
     normalized.obs_rms.mean += 0.5  # statistics the exported policy must carry
     normalized.obs_rms.var *= 4.0
-    gaussian = built(PPO(EnvConfig("Pendulum-v1")))
+    gaussian = built(build(PPO, EnvConfig("Pendulum-v1")))
     with torch.no_grad():
         gaussian.agent.head.linear.bias.fill_(5.0)  # a mean beyond the bounds: evaluation clips it to 2
     models = {
         "ppo_normalized": normalized,
         "ppo_gaussian": gaussian,
-        "dqn": built(DQN(EnvConfig("CartPole-v1"))),
-        "sac": built(SAC(EnvConfig("Pendulum-v1"))),
+        "dqn": built(build(DQN, EnvConfig("CartPole-v1"))),
+        "sac": built(build(SAC, EnvConfig("Pendulum-v1"))),
     }
     cases, expected = {}, {}
     for name, model in models.items():
         path = tmp_path / f"{name}.pt2"
         model.export_policy(path)
-        space = model._probe_spaces()[0]
+        space = model.observation_space
         obs = torch.as_tensor(np.stack([space.sample() for _ in range(5)]))  # not the export's batch size
         cases[name] = {"path": str(path), "obs": obs.tolist(), "dtype": str(obs.dtype).removeprefix("torch.")}
         with torch.no_grad():
@@ -67,7 +68,7 @@ def test_exported_policies_act_like_evaluation_without_rl_lightning(tmp_path: Pa
 
 
 def test_export_policy_restores_training_mode_and_needs_no_built_env() -> None:
-    model = PPO(EnvConfig("CartPole-v1"))  # never fitted: the spaces are probed
+    model = build(PPO, EnvConfig("CartPole-v1"))  # never fitted: the spaces are probed
     program = model.export_policy()
     assert model.training
     actions = program.module()(torch.zeros(3, 4))
@@ -77,7 +78,7 @@ def test_export_policy_restores_training_mode_and_needs_no_built_env() -> None:
 @pytest.mark.filterwarnings("ignore")
 def test_exported_atari_policy_takes_uint8_frames(tmp_path: Path) -> None:
     pytest.importorskip("ale_py")
-    model = built(PPO(EnvConfig("ALE/Pong-v5")))
+    model = built(build(PPO, EnvConfig("ALE/Pong-v5")))
     path = tmp_path / "pong.pt2"
     model.export_policy(path)
     frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)

@@ -24,25 +24,28 @@ import lightning as L
 import pytest
 import torch
 
-from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig
-from tests.conftest import quick_trainer
+from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig, ReplayConfig, RunConfig
+from tests.helpers import quick_trainer
 
 GOLDEN = Path(__file__).parent / "golden"
 RECORD = os.environ.get("RL_LIGHTNING_RECORD_GOLDEN") == "1"
 
 
 def _cases() -> dict[str, Any]:
-    cartpole = dict(env=EnvConfig("CartPole-v1", num_envs=4, seed=3), hidden_sizes=(16, 16), eval_episodes=3)
-    pendulum = dict(env=EnvConfig("Pendulum-v1", num_envs=2, seed=5), hidden_sizes=(16, 16), eval_episodes=2)
-    replay = dict(buffer_size=2000, batch_size=32, learning_starts=100, save_replay_buffer=True)
+    cartpole = dict(env=EnvConfig("CartPole-v1", num_envs=4, seed=3), hidden_sizes=(16, 16))
+    pendulum = dict(env=EnvConfig("Pendulum-v1", num_envs=2, seed=5), hidden_sizes=(16, 16))
+
+    def run(total: int, per_epoch: int, episodes: int) -> RunConfig:
+        return RunConfig(total_env_steps=total, env_steps_per_epoch=per_epoch, eval_episodes=episodes)
+
+    def replay(**kw: Any) -> ReplayConfig:
+        return ReplayConfig(buffer_size=2000, batch_size=32, learning_starts=100, save_replay_buffer=True, **kw)
+
     return {
-        "ppo": lambda: PPO(
-            **cartpole, total_env_steps=1024, env_steps_per_epoch=512, num_steps=32, num_minibatches=4, update_epochs=2
-        ),
+        "ppo": lambda: PPO(**cartpole, run=run(1024, 512, 3), num_steps=32, num_minibatches=4, update_epochs=2),
         "ppo_continuous_normalized": lambda: PPO(
             **pendulum,
-            total_env_steps=800,
-            env_steps_per_epoch=400,
+            run=run(800, 400, 2),
             num_steps=50,
             num_minibatches=2,
             update_epochs=3,
@@ -51,26 +54,18 @@ def _cases() -> dict[str, Any]:
             target_kl=0.05,
             clip_vloss=True,
         ),
-        "a2c": lambda: A2C(**cartpole, total_env_steps=400, env_steps_per_epoch=200, rollouts_per_step=3),
-        "reinforce": lambda: REINFORCE(
-            **cartpole, total_env_steps=1200, env_steps_per_epoch=600, num_steps=100, max_grad_norm=1.0
-        ),
+        "a2c": lambda: A2C(**cartpole, run=run(400, 200, 3), rollouts_per_step=3),
+        "reinforce": lambda: REINFORCE(**cartpole, run=run(1200, 600, 3), num_steps=100, max_grad_norm=1.0),
         "dqn": lambda: DQN(
             **cartpole,
-            **replay,
-            total_env_steps=1200,
-            env_steps_per_epoch=600,
-            train_freq=4,
-            gradient_steps=2,
+            run=run(1200, 600, 3),
+            replay=replay(train_freq=4, gradient_steps=2, phases_per_step=1),
             target_network_frequency=200,
         ),
         "dqn_double_dueling_nstep_per": lambda: DQN(
             **cartpole,
-            **replay,
-            total_env_steps=1200,
-            env_steps_per_epoch=600,
-            train_freq=2,
-            gradient_steps=1,
+            run=run(1200, 600, 3),
+            replay=replay(train_freq=2, gradient_steps=1, phases_per_step=1),
             target_network_frequency=100,
             tau=0.5,
             double_q=True,
@@ -78,9 +73,9 @@ def _cases() -> dict[str, Any]:
             n_step=3,
             prioritized_replay=True,
         ),
-        "sac": lambda: SAC(**pendulum, **replay, total_env_steps=500, env_steps_per_epoch=250, gradient_steps=2),
-        "td3": lambda: TD3(**pendulum, **replay, total_env_steps=500, env_steps_per_epoch=250, phases_per_step=4),
-        "ddpg": lambda: DDPG(**pendulum, **replay, total_env_steps=420, env_steps_per_epoch=210, train_freq=3),
+        "sac": lambda: SAC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2)),
+        "td3": lambda: TD3(**pendulum, run=run(500, 250, 2), replay=replay(phases_per_step=4)),
+        "ddpg": lambda: DDPG(**pendulum, run=run(420, 210, 2), replay=replay(train_freq=3)),
     }
 
 
@@ -96,7 +91,7 @@ def _run(name: str) -> dict[str, Any]:
     model = CASES[name]()
     trainer = quick_trainer()
     trainer.fit(model)
-    replay = getattr(model, "replay", None)
+    replay = model.replay.buffer if model.replay is not None else None
     result = {
         "state": [t.detach().clone() for t in model.state_dict().values()],
         "names": list(model.state_dict()),

@@ -1,6 +1,7 @@
 """`rl-lightning fit --model.help ALGO` documents every hyperparameter of every algorithm (and the env
 and callback options): LightningCLI takes the descriptions from the ``Args:`` docstrings."""
 
+import dataclasses
 import inspect
 import json
 import os
@@ -12,19 +13,12 @@ from pathlib import Path
 import pytest
 
 import rl_lightning
-from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import RecordEpisodes, RLProgressBar
 from rl_lightning.envs import EnvConfig
+from tests.helpers import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLBACKS = [RecordEpisodes, RLProgressBar]
-ALGORITHMS = [
-    obj
-    for obj in (getattr(rl_lightning, name) for name in rl_lightning.__all__)
-    if isinstance(obj, type) and issubclass(obj, RLModule) and obj is not RLModule
-]
-
-
 # One subprocess renders every help screen (as `rl-lightning fit ...` would), paying the imports once.
 SCREENS = {
     **{f"model:{a.__name__}": ["--model.help", f"rl_lightning.{a.__name__}"] for a in ALGORITHMS},
@@ -75,7 +69,14 @@ def help_entries(screen: str) -> dict[str, str]:
 
 
 def init_args(cls: type) -> list[str]:
-    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "kwargs")]
+    """``__init__``'s arguments, a config dataclass's fields as ``name.field`` (LightningCLI shows them so)."""
+    names = []
+    for name, param in inspect.signature(cls.__init__).parameters.items():
+        if dataclasses.is_dataclass(param.default):
+            names += [f"{name}.{f.name}" for f in dataclasses.fields(param.default)]
+        elif name not in ("self", "kwargs"):
+            names.append(name)
+    return names
 
 
 def assert_documented(entries: dict[str, str], prefix: str, names: list[str]) -> None:

@@ -6,18 +6,14 @@ import lightning as L
 import pytest
 
 from rl_lightning import PPO, EnvConfig
-from tests.conftest import quick_trainer
+from tests.helpers import CARTPOLE_PPO, build, quick_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-
-CARTPOLE_PPO = dict(
-    num_steps=32, learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, update_epochs=20, num_minibatches=1, ent_coef=0.0
-)  # configs/ppo/cartpole.yaml (SB3 zoo)
 
 
 def train_ppo_cartpole(seed: int, total_env_steps: int) -> float:
     L.seed_everything(seed)
-    model = PPO(env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=total_env_steps, **CARTPOLE_PPO)
+    model = build(PPO, env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=total_env_steps, **CARTPOLE_PPO)
     trainer = quick_trainer()
     trainer.fit(model)
     return float(trainer.callback_metrics["val/episode_return"])
@@ -43,7 +39,7 @@ def train_ppo_torch_cartpole(seed: int, num_envs: int, total_env_steps: int) -> 
     init["env_steps_per_epoch"] = total_env_steps
     L.seed_everything(seed)
     trainer = quick_trainer()
-    trainer.fit(PPO(**init))
+    trainer.fit(build(PPO, **init))
     return float(trainer.callback_metrics["val/episode_return"])
 
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from rl_lightning import DQN, EnvConfig
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs/dqn/cartpole.yaml"
 
@@ -28,7 +28,7 @@ def train_dqn_cartpole(seed: int, **overrides) -> list[tuple[int, float]]:
     args.update(overrides)
     L.seed_everything(seed)
     history = EvalHistory()
-    quick_trainer(callbacks=[history]).fit(DQN(**args))
+    quick_trainer(callbacks=[history]).fit(build(DQN, **args))
     return history.returns
 
 

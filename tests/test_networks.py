@@ -10,6 +10,7 @@ import torch
 from rl_lightning import PPO
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks import ActorCritic, NatureCNN
+from tests.helpers import build
 
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 
@@ -41,6 +42,6 @@ def test_image_actor_critic_without_critic_has_zero_values():
 
 
 def test_normalize_obs_on_images_is_refused():
-    model = PPO(normalize_obs=True)
+    model = build(PPO, normalize_obs=True)
     with pytest.raises(ConfigError, match="normalize_obs is for vector observations"):
         model.build_networks(FRAMES, gym.spaces.Discrete(4))

@@ -8,7 +8,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from rl_lightning import PPO, EnvConfig
 from rl_lightning.envs.normalize import RunningMeanStd
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 
 def test_running_mean_std_matches_numpy_over_batches():
@@ -37,7 +37,7 @@ def normalized_ppo(**kw) -> PPO:
         eval_episodes=2,
     )
     args.update(kw)
-    return PPO(**args)
+    return build(PPO, **args)
 
 
 def test_collected_observations_are_what_the_policy_acted_on():
@@ -48,7 +48,7 @@ def test_collected_observations_are_what_the_policy_acted_on():
     model.setup("fit")
     try:
         for _ in range(3):
-            rollout = model.collect_rollout()
+            rollout = model.collect_rollout(model.agent)
             logp, _, values = model.agent.evaluate(rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1))
             torch.testing.assert_close(logp, rollout.logprobs.flatten())
             torch.testing.assert_close(values, rollout.values.flatten())

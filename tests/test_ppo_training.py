@@ -1,11 +1,12 @@
 """PPO end to end through the Lightning Trainer: batches, seeding, checkpoints, bad input."""
 
+import lightning as L
 import pytest
 import torch
 
 from rl_lightning import PPO, EnvConfig
-from rl_lightning.data.rollout import RolloutBatch
-from tests.conftest import quick_trainer
+from rl_lightning.data.rollout import Rollout
+from tests.helpers import build, quick_trainer
 
 
 def tiny_ppo(**kw) -> PPO:
@@ -19,44 +20,48 @@ def tiny_ppo(**kw) -> PPO:
         eval_episodes=2,
     )
     args.update(kw)
-    return PPO(**args)
+    return build(PPO, **args)
 
 
-def test_every_epoch_yields_the_same_number_of_batches_and_budget_stops_training():
+def test_every_epoch_has_the_same_number_of_rollouts_and_budget_stops_training():
     model = tiny_ppo()
-    counts = []
+    per_step, epoch_ends = [], []
     trainer = quick_trainer()
-    original = model.generate_batches
+    original = model.collect_rollout
 
-    def counting():
-        counts.append(0)
-        for batch in original():
-            assert isinstance(batch, RolloutBatch) and batch.obs.shape == (64, 4)
-            counts[-1] += 1
-            yield batch
+    class Count(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            per_step.append(batch)  # what the data loader paces: rollouts per training step
 
-    model.generate_batches = counting
+        def on_train_epoch_end(self, trainer, module):
+            epoch_ends.append(module.env_steps)
+
+    def checked(policy):
+        rollout = original(policy)
+        assert isinstance(rollout, Rollout) and rollout.obs.shape == (16, 4, 4)
+        return rollout
+
+    model.collect_rollout = checked
+    trainer.callbacks.append(Count())
     trainer.fit(model)
-    assert counts == [4, 4, 4, 4]  # 256 env steps per epoch / 64 per rollout, 1024 in all
+    assert per_step == [1] * 16 and epoch_ends == [256, 512, 768, 1024]  # 256 env steps / 64 per rollout
     assert model.env_steps == 1024
     assert trainer.global_step == 16 * 2 * 2  # rollouts x update_epochs x num_minibatches
     assert "val/episode_return" in trainer.callback_metrics
 
 
 def first_rollout_and_update(seed: int):
-    import lightning as L
-
     L.seed_everything(seed)
     model = tiny_ppo(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=64, env_steps_per_epoch=64)
     seen = []
-    original = model.generate_batches
+    original = model.collect_rollout
 
-    def capture():
-        for batch in original():
-            seen.append(RolloutBatch(*[t.clone() for t in batch]))
-            yield batch
+    def capture(policy):
+        rollout = original(policy)
+        seen.append(Rollout(*[t.clone() for t in rollout]))
+        return rollout
 
-    model.generate_batches = capture
+    model.collect_rollout = capture
     quick_trainer().fit(model)
     return seen[0], [p.detach().clone() for p in model.parameters()]
 

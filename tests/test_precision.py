@@ -7,29 +7,28 @@ import torch
 
 import rl_lightning.algorithms.ppo as ppo_module
 from rl_lightning import DQN, PPO, EnvConfig
-from tests.conftest import quick_trainer
-from tests.test_learning import CARTPOLE_PPO
-from tests.test_sac import tiny_sac
-from tests.test_td3_ddpg import tiny
+from tests.helpers import CARTPOLE_PPO, build, quick_trainer, tiny_sac
+from tests.helpers import tiny_td3 as tiny
 
 
 def test_bf16_mixed_autocasts_collection_and_training_but_keeps_log_probs_targets_and_losses_float32(monkeypatch):
-    model = PPO(
+    model = build(
+        PPO,
         env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
         total_env_steps=256,
         num_steps=16,
         env_steps_per_epoch=128,
         eval_episodes=1,
     )
-    seen = {"batches": 0, "losses": 0}
-    original_batches, original_loss = model.generate_batches, ppo_module.ppo_loss
+    seen = {"rollouts": 0, "losses": 0}
+    original_collect, original_loss = model.collect_rollout, ppo_module.ppo_loss
 
-    def batches():
-        for batch in original_batches():
-            assert torch.is_autocast_enabled("cpu")  # collection runs under the same autocast as training ...
-            assert all(t.dtype in (torch.float32, torch.long) for t in batch)  # ... its outputs are float32
-            seen["batches"] += 1
-            yield batch
+    def collect(policy):
+        assert torch.is_autocast_enabled("cpu")  # collection runs under the same autocast as training ...
+        rollout = original_collect(policy)
+        assert all(t.dtype in (torch.float32, torch.long, torch.bool) for t in rollout)  # ... its outputs are not
+        seen["rollouts"] += 1
+        return rollout
 
     def loss(*args, **kwargs):
         assert torch.is_autocast_enabled("cpu")  # the training step runs under autocast ...
@@ -39,16 +38,16 @@ def test_bf16_mixed_autocasts_collection_and_training_but_keeps_log_probs_target
         assert out.loss.dtype == torch.float32
         return out
 
-    model.generate_batches = batches
+    model.collect_rollout = collect
     monkeypatch.setattr(ppo_module, "ppo_loss", loss)
     quick_trainer(precision="bf16-mixed").fit(model)
-    assert seen["batches"] == 4 and seen["losses"] == 4 * 4 * 4
+    assert seen["rollouts"] == 4 and seen["losses"] == 4 * 4 * 4
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_output_layers_and_log_probs_are_float32_under_autocast():
-    model = PPO(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=64, num_steps=8)
-    model._build_once(*model._probe_spaces())
+    model = build(PPO, env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=64, num_steps=8)
+    model.build_for_env()
     obs, actions = torch.randn(6, 4), torch.randint(0, 2, (6,))
     with torch.no_grad():
         model.agent.critic[-1].bias.fill_(50.0)  # a value bfloat16 would round to a multiple of 0.25
@@ -75,7 +74,7 @@ def test_float32_linear_is_a_plain_linear_without_autocast():
 
 def tiny_dqn(**kw) -> DQN:
     args = dict(env=EnvConfig("CartPole-v1", seed=0), total_env_steps=300, learning_starts=100, train_freq=4)
-    return DQN(**args, gradient_steps=1, env_steps_per_epoch=300, eval_episodes=1, **kw)
+    return build(DQN, **args, gradient_steps=1, env_steps_per_epoch=300, eval_episodes=1, **kw)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +108,7 @@ def test_16_mixed_on_cpu_warns_that_it_runs_bf16():
 @pytest.mark.slow
 def test_ppo_solves_cartpole_in_bf16_mixed():
     L.seed_everything(0)
-    model = PPO(env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=100_000, **CARTPOLE_PPO)
+    model = build(PPO, env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=100_000, **CARTPOLE_PPO)
     trainer = quick_trainer(precision="bf16-mixed")
     trainer.fit(model)
     assert float(trainer.callback_metrics["val/episode_return"]) >= 475
@@ -125,7 +124,9 @@ def test_denormals_flush_to_zero_while_fitting_and_not_after():
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             seen.append(scaled_denormal())
 
-    model = PPO(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=64, num_steps=16, eval_episodes=1)
+    model = build(
+        PPO, env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=64, num_steps=16, eval_episodes=1
+    )
     quick_trainer(callbacks=[Probe()]).fit(model)
     assert seen and all(value == 0.0 for value in seen)
     assert scaled_denormal() > 0.0  # restored when fit ends

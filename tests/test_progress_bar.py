@@ -6,13 +6,13 @@ import lightning as L
 
 from rl_lightning import PPO, EnvConfig
 from rl_lightning.callbacks import RLProgressBar
-from tests.conftest import quick_trainer
-from tests.test_cli import ROOT, cli
+from tests.helpers import ROOT, build, cli, quick_trainer
 
 
 def test_bar_counts_env_steps_and_shows_returns(capsys):
     L.seed_everything(0)
-    model = PPO(
+    model = build(
+        PPO,
         env=EnvConfig("CartPole-v1", num_envs=4),
         total_env_steps=2048,
         env_steps_per_epoch=1024,
@@ -36,7 +36,14 @@ def test_bar_counts_env_steps_and_shows_returns(capsys):
 
 def test_cli_shows_it_by_default(tmp_path):
     # Quiet mode (--trainer.enable_progress_bar false) is what tests/test_cli.py runs with.
-    args = ["--model.total_env_steps", "512", "--model.env_steps_per_epoch", "512", "--model.eval_episodes", "1"]
+    args = [
+        "--model.run.total_env_steps",
+        "512",
+        "--model.run.env_steps_per_epoch",
+        "512",
+        "--model.run.eval_episodes",
+        "1",
+    ]
     out = cli("fit", "--config", str(ROOT / "configs/ppo/cartpole.yaml"), *args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "512/512 env steps" in out.stdout

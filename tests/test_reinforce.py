@@ -7,7 +7,7 @@ import torch
 from rl_lightning import REINFORCE, EnvConfig
 from rl_lightning.algorithms.reinforce import reinforce_loss
 from rl_lightning.data.rollout import Rollout, episode_batch, returns_to_go
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 
 def hand_case():
@@ -78,7 +78,7 @@ def test_empty_rollout_gives_a_zero_loss_that_still_backpropagates():
 
 
 def test_without_baseline_there_is_no_critic():
-    model = REINFORCE(env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=200, baseline=False)
+    model = build(REINFORCE, env=EnvConfig("CartPole-v1", num_envs=2, seed=0), total_env_steps=200, baseline=False)
     model.setup("fit")
     try:
         assert model.agent.critic is None
@@ -89,7 +89,7 @@ def test_without_baseline_there_is_no_critic():
 
 def train_reinforce_cartpole(seed: int, total_env_steps: int, **kw) -> float:
     L.seed_everything(seed)
-    model = REINFORCE(env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=total_env_steps, **kw)
+    model = build(REINFORCE, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=total_env_steps, **kw)
     trainer = quick_trainer()
     trainer.fit(model)
     return float(trainer.callback_metrics["val/episode_return"])

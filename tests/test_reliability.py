@@ -16,9 +16,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
-from rl_lightning.callbacks.checkpoint import ReplaySideFileIO
+from rl_lightning.checkpointing import ReplaySideFileIO
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs/ppo/cartpole.yaml")
@@ -32,7 +32,7 @@ def start_fit(tmp_path: Path, *extra: str) -> subprocess.Popen:
         "fit",
         "--config",
         CONFIG,
-        "--model.env_steps_per_epoch",
+        "--model.run.env_steps_per_epoch",
         "1024",
         "--trainer.enable_progress_bar",
         "false",
@@ -57,9 +57,9 @@ def test_sigterm_saves_a_final_checkpoint_and_exits_cleanly(tmp_path):
     run = tmp_path / "runs/ppo_cartpole/version_0"
     proc = start_fit(
         tmp_path,
-        "--model.total_env_steps",
+        "--model.run.total_env_steps",
         "10000000",
-        "--model.env_steps_per_epoch",
+        "--model.run.env_steps_per_epoch",
         "1000000",
         "--trainer.log_every_n_steps",
         "1",
@@ -78,14 +78,14 @@ def test_sigterm_saves_a_final_checkpoint_and_exits_cleanly(tmp_path):
 
 def test_sigkill_at_any_moment_leaves_a_resumable_checkpoint(tmp_path):
     last = tmp_path / "runs/ppo_cartpole/version_0/checkpoints/last.ckpt"
-    proc = start_fit(tmp_path, "--model.total_env_steps", "10000000")
+    proc = start_fit(tmp_path, "--model.run.total_env_steps", "10000000")
     wait_for(last, proc)
     time.sleep(np.random.default_rng().uniform(0.0, 2.0))
     proc.kill()
     proc.communicate()
     saved = torch.load(last, weights_only=True)["rl_lightning"]["env_steps"]
     budget = saved + 2048
-    proc = start_fit(tmp_path, "--model.total_env_steps", str(budget), "--ckpt_path", "last")
+    proc = start_fit(tmp_path, "--model.run.total_env_steps", str(budget), "--ckpt_path", "last")
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
     assert torch.load(last, weights_only=True)["rl_lightning"]["env_steps"] >= budget
@@ -98,14 +98,16 @@ class NaNAfter(PPO):
         super().__init__(**kwargs)
         self.nan_at = nan_at
 
-    def training_step(self, batch, batch_idx):
-        if self.env_steps >= self.nan_at:
-            batch = batch._replace(advantages=batch.advantages * float("nan"))
-        return super().training_step(batch, batch_idx)
+    def collect_rollout(self, policy):
+        rollout = super().collect_rollout(policy)
+        if self.env_steps >= self.nan_at:  # from the rollout that reaches nan_at on
+            rollout = rollout._replace(rewards=rollout.rewards * float("nan"))
+        return rollout
 
 
 def test_planted_nan_stops_the_run_naming_step_loss_and_last_good_checkpoint(tmp_path):
-    model = NaNAfter(
+    model = build(
+        NaNAfter,
         nan_at=768,
         env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
         total_env_steps=4096,
@@ -148,7 +150,8 @@ gym.register("test/Faulty-v0", entry_point=FaultyEnv)
 
 
 def test_environment_fault_names_env_and_step_after_saving_a_checkpoint(tmp_path):
-    model = PPO(
+    model = build(
+        PPO,
         env=EnvConfig("test/Faulty-v0", num_envs=2, seed=0),
         total_env_steps=4096,
         num_steps=32,
@@ -174,8 +177,9 @@ gym.register("test/FaultyBox-v0", entry_point=FaultyBoxEnv)
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: A2C(env=EnvConfig("test/Faulty-v0", num_envs=2, seed=0), total_env_steps=4096, eval_episodes=1),
-        lambda: SAC(
+        lambda: build(A2C, env=EnvConfig("test/Faulty-v0", num_envs=2, seed=0), total_env_steps=4096, eval_episodes=1),
+        lambda: build(
+            SAC,
             env=EnvConfig("test/FaultyBox-v0", num_envs=2, seed=0),
             total_env_steps=4096,
             learning_starts=1000,
@@ -195,10 +199,13 @@ def test_faults_in_collection_inside_the_training_step_are_named_too(make):
 
 TINY = dict(total_env_steps=512, env_steps_per_epoch=256, eval_episodes=1)
 ALGORITHMS = {
-    "PPO": lambda: PPO(env=EnvConfig("CartPole-v1", num_envs=2), num_steps=64, num_minibatches=1, **TINY),
-    "A2C": lambda: A2C(env=EnvConfig("Pendulum-v1", num_envs=2), normalize_obs=True, normalize_reward=True, **TINY),
-    "REINFORCE": lambda: REINFORCE(env=EnvConfig("CartPole-v1", num_envs=2), num_steps=128, **TINY),
-    "DQN": lambda: DQN(
+    "PPO": lambda: build(PPO, env=EnvConfig("CartPole-v1", num_envs=2), num_steps=64, num_minibatches=1, **TINY),
+    "A2C": lambda: build(
+        A2C, env=EnvConfig("Pendulum-v1", num_envs=2), normalize_obs=True, normalize_reward=True, **TINY
+    ),
+    "REINFORCE": lambda: build(REINFORCE, env=EnvConfig("CartPole-v1", num_envs=2), num_steps=128, **TINY),
+    "DQN": lambda: build(
+        DQN,
         env=EnvConfig("CartPole-v1", num_envs=2),
         learning_starts=128,
         train_freq=16,
@@ -209,7 +216,8 @@ ALGORITHMS = {
         prioritized_replay=True,
         **TINY,
     ),
-    "SAC": lambda: SAC(
+    "SAC": lambda: build(
+        SAC,
         env=EnvConfig("Pendulum-v1", num_envs=1),
         learning_starts=128,
         batch_size=32,
@@ -218,7 +226,8 @@ ALGORITHMS = {
         save_replay_buffer=True,
         **TINY,
     ),
-    "TD3": lambda: TD3(
+    "TD3": lambda: build(
+        TD3,
         env=EnvConfig("Pendulum-v1", num_envs=1),
         learning_starts=128,
         batch_size=32,
@@ -226,7 +235,8 @@ ALGORITHMS = {
         hidden_sizes=(32, 32),
         **TINY,
     ),
-    "DDPG": lambda: DDPG(
+    "DDPG": lambda: build(
+        DDPG,
         env=EnvConfig("Pendulum-v1", num_envs=1),
         learning_starts=128,
         batch_size=32,

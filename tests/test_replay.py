@@ -179,8 +179,8 @@ def test_collector_handles_continuous_actions():
     assert b.actions.shape == (32, 1) and b.actions.dtype == torch.float32
     assert b.obs.shape == b.next_obs.shape == (32, 3)
     assert (b.actions.abs() <= 2.0).all() and b.terminated.sum() == 0  # only truncations in Pendulum
-    returns, lengths = collector.pop_episode_stats()
-    assert lengths.tolist() == [200, 200] and collector.pop_episode_stats()[0].size == 0
+    returns, lengths = collector.episodes.pop()
+    assert lengths.tolist() == [200, 200] and collector.episodes.pop()[0].size == 0
     envs.close()
 
 

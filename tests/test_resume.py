@@ -16,8 +16,8 @@ import torch
 
 from rl_lightning import DQN, PPO, SAC, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
-from rl_lightning.callbacks.checkpoint import ReplaySideFileIO
-from tests.conftest import quick_trainer
+from rl_lightning.checkpointing import ReplaySideFileIO
+from tests.helpers import build, quick_trainer
 
 
 class Corridor(gym.Env):
@@ -56,7 +56,8 @@ gym.register("test/SlidingCorridor-v0", entry_point=SlidingCorridor)
 
 
 def ppo(total: int) -> PPO:
-    return PPO(
+    return build(
+        PPO,
         env=EnvConfig("test/Corridor-v0", num_envs=4, seed=0),
         total_env_steps=total,
         num_steps=16,
@@ -96,7 +97,8 @@ def off_policy(cls: type, total: int) -> DQN | SAC:
     # 2 envs: the 32-vector-step warm-up plus epochs of 128 vector steps end every 16-step episode at
     # an epoch end, where the checkpoint is written.
     env_id = "test/Corridor-v0" if cls is DQN else "test/SlidingCorridor-v0"
-    return cls(
+    return build(
+        cls,
         env=EnvConfig(env_id, num_envs=2, seed=0),
         total_env_steps=total,
         buffer_size=2000,
@@ -140,7 +142,7 @@ def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, side_file, tmp_p
     for a, b in zip(straight.state_dict().values(), resumed.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     # The same transitions were collected after the resume (valid rows: those sampling reads).
-    valid = torch.from_numpy(straight.replay.valid)
-    assert torch.equal(valid, torch.from_numpy(resumed.replay.valid))
-    assert torch.equal(straight.replay.frames[valid], resumed.replay.frames[valid])
-    assert torch.equal(straight.replay.actions[valid], resumed.replay.actions[valid])
+    valid = torch.from_numpy(straight.replay.buffer.valid)
+    assert torch.equal(valid, torch.from_numpy(resumed.replay.buffer.valid))
+    assert torch.equal(straight.replay.buffer.frames[valid], resumed.replay.buffer.frames[valid])
+    assert torch.equal(straight.replay.buffer.actions[valid], resumed.replay.buffer.actions[valid])

@@ -4,7 +4,6 @@ action bounds, checkpoints, bad input, and learning on Pendulum."""
 import math
 import time
 
-import gymnasium as gym
 import lightning as L
 import numpy as np
 import pytest
@@ -12,53 +11,12 @@ import torch
 from torch import nn
 
 from rl_lightning import SAC, EnvConfig
-from rl_lightning.algorithms.off_policy import q_loss
 from rl_lightning.algorithms.sac import alpha_loss, sac_actor_loss, soft_q_target
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.continuous import QEnsemble, tanh_gaussian_sample, to_env_units
+from rl_lightning.networks.continuous import QEnsemble, q_loss, tanh_gaussian_sample, to_env_units
 from rl_lightning.networks.utils import polyak_update
-from tests.conftest import quick_trainer
-
-
-class RecordingBox(gym.Env):
-    """Asymmetric 2-D action bounds; records every action it receives. Reward: -|a - centre|."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32))
-    received: list[np.ndarray] = []
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
-
-    def step(self, action):
-        RecordingBox.received.append(np.array(action, copy=True))
-        self.t += 1
-        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
-        return obs, -float(np.abs(action - np.array([0.5, 0.25])).sum()), False, self.t >= 20, {}
-
-
-if "test/RecordingBox-v0" not in gym.envs.registry:
-    gym.register("test/RecordingBox-v0", entry_point=RecordingBox)
-
-
-def tiny_sac(**kw) -> SAC:
-    args = dict(
-        env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
-        total_env_steps=300,
-        buffer_size=1000,
-        batch_size=32,
-        learning_starts=100,
-        train_freq=4,
-        gradient_steps=2,
-        hidden_sizes=(16, 16),
-        env_steps_per_epoch=150,
-        eval_episodes=2,
-    )
-    args.update(kw)
-    return SAC(**args)
+from tests.helpers import RecordingBox, build, quick_trainer, tiny_sac
 
 
 # ------------------------------------------------------------------------------- tanh-Gaussian
@@ -222,7 +180,7 @@ def test_checkpoint_round_trips_networks_alpha_counter_and_replay_buffer(tmp_pat
     resumed = tiny_sac(save_replay_buffer=True, total_env_steps=450)
     trainer = quick_trainer()
     trainer.fit(resumed, ckpt_path=tmp_path / "last.ckpt")
-    assert resumed.replay.num_adds > model.replay.num_adds and resumed.num_updates > model.num_updates
+    assert resumed.replay.buffer.num_adds > model.replay.buffer.num_adds and resumed.num_updates > model.num_updates
     assert resumed.env_steps == model.env_steps + 152  # one epoch of 19 phases x 4 steps x 2 envs
 
 
@@ -243,10 +201,10 @@ def test_discrete_actions_fail_at_once_naming_the_space():
 @pytest.mark.parametrize(
     ("kw", "msg"),
     [
-        (dict(batch_size=64, buffer_size=32), "buffer_size=32 must be >= batch_size=64"),
+        (dict(batch_size=64, buffer_size=32), "replay.buffer_size=32 must be >= replay.batch_size=64"),
         (dict(tau=0.0), r"tau must be in \(0, 1\], got 0.0"),
         (dict(tau=1.5), r"tau must be in \(0, 1\], got 1.5"),
-        (dict(learning_starts=1000), "learning_starts=1000 must be <= total_env_steps=300"),
+        (dict(learning_starts=1000), r"replay.learning_starts must be in \[0, total_env_steps=300\], got 1000"),
         (dict(ent_coef=-0.1), "ent_coef must be 'auto' or a number > 0, got -0.1"),
         (dict(gradient_steps=0), "gradient_steps must be >= 1, got 0"),
         (dict(activation="sigmoidd"), "activation must be one of"),
@@ -268,7 +226,7 @@ def sac_pendulum(seed: int, total: int, **kw) -> SAC:
         eval_episodes=20,
     )
     args.update(kw)
-    return SAC(**args)
+    return build(SAC, **args)
 
 
 def test_sac_learns_pendulum_quickly():

@@ -13,25 +13,8 @@ from rl_lightning import DDPG, SAC, TD3, EnvConfig
 from rl_lightning.algorithms.td3 import deterministic_actor_loss, smoothed_target_actions, td3_target
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.errors import ConfigError
-from tests.conftest import quick_trainer
-from tests.test_sac import RecordingBox
-
-
-def tiny(cls=TD3, **kw):
-    args = dict(
-        env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
-        total_env_steps=300,
-        buffer_size=1000,
-        batch_size=32,
-        learning_starts=100,
-        train_freq=4,
-        gradient_steps=3,
-        hidden_sizes=(16, 16),
-        env_steps_per_epoch=150,
-        eval_episodes=2,
-    )
-    args.update(kw)
-    return cls(**args)
+from tests.helpers import RecordingBox, build, quick_trainer
+from tests.helpers import tiny_td3 as tiny
 
 
 # ------------------------------------------------------------------------------ pure functions
@@ -173,9 +156,9 @@ def test_discrete_actions_fail_at_once_naming_the_space(cls):
         (dict(policy_frequency=0), "policy_frequency must be >= 1, got 0"),
         (dict(exploration_noise=-0.1), "exploration_noise must be >= 0, got -0.1"),
         (dict(target_noise_clip=-1.0), "target_noise_clip must be >= 0"),
-        (dict(batch_size=2000), "buffer_size=1000 must be >= batch_size=2000"),
+        (dict(batch_size=2000), "replay.buffer_size=1000 must be >= replay.batch_size=2000"),
         (dict(tau=2.0), r"tau must be in \(0, 1\], got 2.0"),
-        (dict(learning_starts=301), "learning_starts=301 must be <= total_env_steps=300"),
+        (dict(learning_starts=301), r"replay.learning_starts must be in \[0, total_env_steps=300\], got 301"),
         (dict(hidden_sizes=(0,)), "hidden_sizes must be positive"),
     ],
 )
@@ -201,7 +184,7 @@ def pendulum(cls, seed: int, total: int = 20_000, **kw):
         eval_episodes=20,
     )
     args.update(kw)
-    return cls(**args)
+    return build(cls, **args)
 
 
 @pytest.mark.parametrize("cls", [TD3, DDPG])
@@ -265,13 +248,14 @@ def test_phases_per_step_changes_nothing_but_speed(cls):
 def test_each_phase_is_collected_after_the_previous_phases_updates():
     seen = []  # (env steps, updates) right after each phase was collected
     model = tiny(TD3, phases_per_step=3, total_env_steps=200, env_steps_per_epoch=200)
-    collect = type(model).generate_batches
+    collect = model.collect_phase
 
-    def recording(self):
-        for group in collect(self):
-            yield (seen.append((self.env_steps, self.num_updates)) or phase for phase in group)
+    def recording(act):
+        collected = collect(act)
+        seen.append((model.env_steps, model.num_updates))
+        return collected
 
-    model.generate_batches = recording.__get__(model)
+    model.collect_phase = recording
     quick_trainer().fit(model)
     steps, updates = zip(*seen, strict=True)
     assert list(updates) == [3 * i for i in range(len(seen))]  # gradient_steps=3 after every phase

@@ -3,7 +3,7 @@ gymnasium env (GAE, truncation bootstrapped from the final observation, episode 
 
 import torch
 
-from rl_lightning.data.rollout import RolloutCollector, gae
+from rl_lightning.data.rollout import RolloutCollector, gae, gae_batch
 from rl_lightning.envs.torch import make_torch_env
 
 
@@ -28,7 +28,7 @@ def test_collector_on_a_torch_env_matches_a_hand_rollout():
     # Truncated (bootstrap) at 9 steps unless the pole fell (no bootstrap) first.
     envs = make_torch_env("CartPole-v1", n, max_episode_steps=limit)
     collector = RolloutCollector(envs, steps, torch.device("cpu"), 7)
-    batch = collector.collect(policy, gamma, lam)
+    batch = gae_batch(collector.rollout(policy), gamma, lam)
 
     env = make_torch_env("CartPole-v1", n, max_episode_steps=limit)
     obs, _ = env.reset(seed=7)
@@ -48,7 +48,7 @@ def test_collector_on_a_torch_env_matches_a_hand_rollout():
     torch.testing.assert_close(batch.advantages, adv.flatten(0, 1))
     torch.testing.assert_close(batch.returns, ret.flatten(0, 1))
 
-    returns, lengths = collector.pop_episode_stats()
+    returns, lengths = collector.episodes.pop()
     ended = term | trunc
     assert len(lengths) == int(ended.sum()) and (lengths <= limit).all() and (returns == lengths).all()
 
@@ -70,7 +70,7 @@ def test_collection_never_leaves_the_device(monkeypatch):
     for steps in (4, 32):
         collector = RolloutCollector(env, steps, torch.device("cpu"), 0)
         calls.clear()
-        collector.collect(policy, 0.99, 0.95)
+        gae_batch(collector.rollout(policy), 0.99, 0.95)
         assert sorted(calls) == ["cpu", "cpu", "numpy", "numpy"]  # episode returns and lengths
     assert isinstance(collector.rewards, torch.Tensor) and isinstance(collector.truncated, torch.Tensor)
 
@@ -85,7 +85,7 @@ def test_continuous_actions_are_clipped_for_the_env_and_kept_for_the_buffer():
 
     env = make_torch_env("MountainCarContinuous-v0", 4)
     collector = RolloutCollector(env, 3, torch.device("cpu"), 0)
-    batch = collector.collect(Wild(), 0.99, 0.95)
+    batch = gae_batch(collector.rollout(Wild()), 0.99, 0.95)
     assert (batch.actions == 5.0).all()
     # The env gets the clipped action: gymnasium's penalty 0.1 * a^2 of a = 1, not of 5.
     torch.testing.assert_close(collector.rewards, torch.full((3, 4), -0.1))

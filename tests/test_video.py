@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from rl_lightning import PPO, EnvConfig
 from rl_lightning.callbacks import RecordEpisodes
 from rl_lightning.callbacks.video import GifFrames, sample_frames
-from tests.conftest import quick_trainer
+from tests.helpers import build, quick_trainer
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,8 @@ def _headless(monkeypatch, tmp_path):
 
 def test_fit_records_playable_videos_and_tensorboard(tmp_path):
     L.seed_everything(0)
-    model = PPO(
+    model = build(
+        PPO,
         env=EnvConfig("CartPole-v1", num_envs=4),
         total_env_steps=4 * 512,
         env_steps_per_epoch=512,  # 4 evaluations

@@ -10,16 +10,14 @@ Deviations: none in the update. Time-limit truncation bootstraps from V(final ob
 SB3. RMSprop is torch's (eps outside the square root), as SB3's default (not its ``RMSpropTFLike``).
 
 Speed: a 5 x 8 rollout is 40 env steps and one small update, cheaper than Lightning's fixed cost
-of a training step. So one Lightning training step runs ``rollouts_per_step`` rollout-update pairs:
-the batch it receives is a lazy iterator, and each rollout is collected only when the loop asks for
-it, after the previous update, by the current policy. The result is the same sequence of updates,
-and the same evaluation points, as one rollout per training step (``rollouts_per_step=1``); only
-the logging interval changes.
+of a training step. So one Lightning training step runs ``rollouts_per_step`` rollout-update pairs,
+each rollout collected after the previous update, by the current policy: the same sequence of
+updates, and the same evaluation points, as one rollout per training step (``rollouts_per_step=1``);
+only the logging interval changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
 import gymnasium as gym
@@ -27,10 +25,13 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import OnPolicyMixin
-from rl_lightning.data.rollout import RolloutBatch, gae_batch
+from rl_lightning.config import DEFAULT_RUN, RunConfig
+from rl_lightning.data.rollout import Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.errors import ConfigError
+from rl_lightning.envs.normalize import normalizers
+from rl_lightning.errors import check
+from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.policies import ActorCritic
 
 
 class A2CLoss(NamedTuple):
@@ -62,12 +63,12 @@ def a2c_loss(
     return A2CLoss(loss, policy_loss, value_loss, entropy_mean)
 
 
-class A2C(OnPolicyMixin, RLModule):
+class A2C(RLModule):
     """A2C for discrete (categorical) and continuous (diagonal Gaussian) actions.
 
     Args:
         env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        total_env_steps: Training budget in env steps (all ranks together).
+        run: Budget (``total_env_steps``) and evaluation rhythm.
         num_steps: Steps per sub-env per rollout (the n of n-step returns); one update per rollout.
         learning_rate: Optimizer learning rate (the start value when annealed).
         anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
@@ -81,12 +82,10 @@ class A2C(OnPolicyMixin, RLModule):
         rollouts_per_step: Rollout-update pairs per Lightning training step (speed only: the
             updates are the same; metrics are logged per training step).
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP.
-        activation: Hidden activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        activation: Hidden activation of the MLPs.
         normalize_obs: Normalize observations by running mean and std (statistics saved in
             checkpoints, frozen outside collection; ``forward`` takes raw observations).
         normalize_reward: Divide rewards by the running std of the discounted return (training only).
-        env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
-        eval_episodes: Deterministic evaluation episodes per evaluation.
     """
 
     action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
@@ -94,7 +93,7 @@ class A2C(OnPolicyMixin, RLModule):
     def __init__(
         self,
         env: EnvConfig | None = None,
-        total_env_steps: int = 1_000_000,
+        run: RunConfig = DEFAULT_RUN,
         num_steps: int = 5,
         learning_rate: float = 7e-4,
         anneal_lr: bool = False,
@@ -107,77 +106,69 @@ class A2C(OnPolicyMixin, RLModule):
         optimizer: Literal["rmsprop", "adam"] = "rmsprop",
         rollouts_per_step: int = 10,
         hidden_sizes: tuple[int, ...] = (64, 64),
-        activation: str = "tanh",
+        activation: Activation = "tanh",
         normalize_obs: bool = False,
         normalize_reward: bool = False,
-        env_steps_per_epoch: int = 10_000,
-        eval_episodes: int = 20,
     ) -> None:
-        super().__init__(env, total_env_steps, env_steps_per_epoch, eval_episodes)
+        super().__init__(env, run)
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.rollout_size = self.env_config.num_envs * num_steps
-        self.rollouts_per_step = rollouts_per_step
-        self.check_common_hparams()
-        if not 0 <= gae_lambda <= 1:
-            raise ConfigError(f"gae_lambda must be in [0, 1], got {gae_lambda}.")
-        if rollouts_per_step < 1:
-            raise ConfigError(f"rollouts_per_step must be >= 1, got {rollouts_per_step}.")
-        if optimizer not in ("rmsprop", "adam"):
-            raise ConfigError(f"optimizer must be 'rmsprop' or 'adam', got {optimizer!r}.")
+        self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
+        self.iterations_per_step = rollouts_per_step
+        check_mlp_args(hidden_sizes, activation)
+        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
+        check(0 <= gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {gae_lambda}.")
+        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
+        for name, value in (("num_steps", num_steps), ("rollouts_per_step", rollouts_per_step)):
+            check(value >= 1, f"{name} must be >= 1, got {value}.")
+        check(optimizer in ("rmsprop", "adam"), f"optimizer must be 'rmsprop' or 'adam', got {optimizer!r}.")
 
-    # ------------------------------------------------------------------------------------- data
-    # build_networks, batches_per_epoch, collect_rollout and forward (acting): OnPolicyMixin.
-    def generate_batches(self) -> Iterator[Iterator[RolloutBatch]]:
-        left = self.rollouts_per_epoch()  # the last batch of an epoch may hold fewer rollouts
-        while left > 0:
-            count = min(self.rollouts_per_step, left)
-            left -= count
-            yield self._rollouts(count)
+    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        hp = self.hparams
+        self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation)
+        self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
+        self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
 
-    def _rollouts(self, count: int) -> Iterator[RolloutBatch]:
-        # A generator: each rollout is collected when training_step asks for it, by the policy
-        # the previous update left.
-        for _ in range(count):
-            with self._naming_env_faults("Experience collection"):  # runs inside training_step
-                rollout = self.collect_rollout()
-            yield gae_batch(rollout, self.hparams.gamma, self.hparams.gae_lambda)
+    # ----------------------------------------------------------------------------------- acting
+    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        """Actions for raw observations: the mode of the policy, or a sample."""
+        return self.agent(obs if self.obs_rms is None else self.obs_rms.normalize(obs), deterministic)
 
     # --------------------------------------------------------------------------------- training
-    def training_step(self, rollouts: Iterator[RolloutBatch], batch_idx: int) -> None:
+    def training_step(self, iterations: int, batch_idx: int) -> Tensor:
+        """``iterations`` rollouts (``rollouts_per_step``), each followed by one update."""
         hp = self.hparams
         opt = self.optimizers()
-        for batch in rollouts:
+        for _ in self.within_budget(iterations):
+            rollout = self.collect_rollout(self.agent)
+            b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
             if hp.anneal_lr:
-                self.anneal_learning_rate(opt)
-            advantages = batch.advantages
+                self.anneal_learning_rate(opt, hp.learning_rate)
+            advantages = b.advantages
             if hp.norm_adv:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            logprobs, entropy, values = self.agent.evaluate(batch.obs, batch.actions)
+            logprobs, entropy, values = self.agent.evaluate(b.obs, b.actions)
             out = a2c_loss(
-                logprobs.float(), advantages, values.float(), batch.returns, entropy.float(), hp.ent_coef, hp.vf_coef
+                logprobs.float(), advantages, values.float(), b.returns, entropy.float(), hp.ent_coef, hp.vf_coef
             )
-            opt.zero_grad()
-            self.manual_backward(out.loss)
-            self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
-            opt.step()
+            self.gradient_step(opt, out.loss, hp.max_grad_norm)
 
         if self.should_log():  # the last update of the step
-            explained_var = 1 - (batch.returns - batch.values).var() / batch.returns.var()
             self.log_training(
                 {
                     "train/policy_loss": out.policy_loss.detach(),
                     "train/value_loss": out.value_loss.detach(),
                     "train/entropy": out.entropy.detach(),
-                    "train/explained_variance": explained_var,
+                    "train/explained_variance": 1 - (b.returns - b.values).var() / b.returns.var(),
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )
+        return out.loss.detach()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.hparams.optimizer == "rmsprop":
-            # foreach: torch picks it by default on CUDA only, and loops over the tensors on CPU
-            # (torch has no fused RMSprop).
+            # foreach: torch picks it by default on CUDA only and loops over the tensors on CPU (no
+            # fused RMSprop exists); one kernel per op for all tensors is faster on CPU too.
             return torch.optim.RMSprop(
                 self.agent.parameters(), lr=self.hparams.learning_rate, alpha=0.99, eps=1e-5, foreach=True
             )

@@ -8,16 +8,16 @@ global gradient-norm clipping, learning rate annealed linearly over env steps.
 Deviations: none of substance. Time-limit truncation bootstraps from V(final observation) (SB3 does,
 CleanRL does not).
 
-One Lightning training step is one rollout: ``training_step`` runs ``update_epochs x
-num_minibatches`` Adam steps on it through manual optimization (``manual_backward``,
-``clip_gradients``: precision plugins and DDP gradient sync still apply). Lightning's fixed cost is
-paid once per rollout instead of once per minibatch, and ``trainer.global_step`` still counts
-optimizer steps.
+One Lightning training step is one rollout: ``training_step`` collects it, then runs
+``update_epochs x num_minibatches`` Adam steps on it through manual optimization
+(``manual_backward``, ``clip_gradients``: precision plugins and DDP gradient sync still apply).
+Lightning's fixed cost is paid once per rollout instead of once per minibatch, and
+``trainer.global_step`` still counts optimizer steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -25,10 +25,13 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import OnPolicyMixin
-from rl_lightning.data.rollout import RolloutBatch, gae_batch
+from rl_lightning.config import DEFAULT_RUN, RunConfig
+from rl_lightning.data.rollout import Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
+from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
+from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.policies import ActorCritic
 
 
 class PPOLoss(NamedTuple):
@@ -78,12 +81,12 @@ def ppo_loss(
     return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
 
 
-class PPO(OnPolicyMixin, RLModule):
+class PPO(RLModule):
     """PPO for discrete (categorical) and continuous (diagonal Gaussian) actions.
 
     Args:
         env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        total_env_steps: Training budget in env steps (all ranks together).
+        run: Budget (``total_env_steps``) and evaluation rhythm.
         num_steps: Steps per sub-env per rollout; a rollout is ``num_envs * num_steps`` transitions.
         learning_rate: Adam learning rate (the start value when annealed).
         anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
@@ -102,12 +105,10 @@ class PPO(OnPolicyMixin, RLModule):
             (checked after each epoch); ``None`` never stops.
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP (vector observations;
             image observations get the shared Nature CNN instead).
-        activation: Hidden activation of the MLPs: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        activation: Hidden activation of the MLPs.
         normalize_obs: Normalize observations by running mean and std (statistics saved in
             checkpoints, frozen outside collection; ``forward`` takes raw observations).
         normalize_reward: Divide rewards by the running std of the discounted return (training only).
-        env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
-        eval_episodes: Deterministic evaluation episodes per evaluation.
     """
 
     action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
@@ -115,7 +116,7 @@ class PPO(OnPolicyMixin, RLModule):
     def __init__(
         self,
         env: EnvConfig | None = None,
-        total_env_steps: int = 1_000_000,
+        run: RunConfig = DEFAULT_RUN,
         num_steps: int = 128,
         learning_rate: float = 2.5e-4,
         anneal_lr: bool = True,
@@ -131,79 +132,89 @@ class PPO(OnPolicyMixin, RLModule):
         max_grad_norm: float = 0.5,
         target_kl: float | None = None,
         hidden_sizes: tuple[int, ...] = (64, 64),
-        activation: str = "tanh",
+        activation: Activation = "tanh",
         normalize_obs: bool = False,
         normalize_reward: bool = False,
-        env_steps_per_epoch: int = 10_000,
-        eval_episodes: int = 20,
     ) -> None:
-        super().__init__(env, total_env_steps, env_steps_per_epoch, eval_episodes)
+        super().__init__(env, run)
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.rollout_size = self.env_config.num_envs * num_steps
-        self.minibatch_size = self.rollout_size // max(num_minibatches, 1)
-        self._check_hparams()
-
-    def _check_hparams(self) -> None:
-        hp = self.hparams
-        self.check_common_hparams()
-        check(0 <= hp.gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {hp.gae_lambda}.")
-        for name in ("clip_coef", "max_grad_norm"):
-            check(hp[name] > 0, f"{name} must be > 0, got {hp[name]}.")
-        for name in ("vf_coef", "ent_coef"):
-            check(hp[name] >= 0, f"{name} must be >= 0, got {hp[name]}.")
-        check(hp.target_kl is None or hp.target_kl > 0, f"target_kl must be > 0 or null, got {hp.target_kl}.")
-        for name in ("update_epochs", "num_minibatches"):
-            check(hp[name] >= 1, f"{name} must be >= 1, got {hp[name]}.")
+        self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
+        self.minibatch_size = self.env_steps_per_iteration // max(num_minibatches, 1)
+        check_mlp_args(hidden_sizes, activation)
+        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
+        check(0 <= gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {gae_lambda}.")
+        for name, value in (
+            ("learning_rate", learning_rate),
+            ("clip_coef", clip_coef),
+            ("max_grad_norm", max_grad_norm),
+        ):
+            check(value > 0, f"{name} must be > 0, got {value}.")
+        for name, value in (("vf_coef", vf_coef), ("ent_coef", ent_coef)):
+            check(value >= 0, f"{name} must be >= 0, got {value}.")
+        check(target_kl is None or target_kl > 0, f"target_kl must be > 0 or null, got {target_kl}.")
+        for name, value in (
+            ("num_steps", num_steps),
+            ("update_epochs", update_epochs),
+            ("num_minibatches", num_minibatches),
+        ):
+            check(value >= 1, f"{name} must be >= 1, got {value}.")
         check(
-            self.rollout_size % hp.num_minibatches == 0,
-            f"num_minibatches={hp.num_minibatches} does not divide the rollout size "
-            f"env.num_envs * num_steps = {self.env_config.num_envs} * {hp.num_steps} = {self.rollout_size}.",
+            self.env_steps_per_iteration % num_minibatches == 0,
+            f"num_minibatches={num_minibatches} does not divide the rollout size "
+            f"env.num_envs * num_steps = {self.env_config.num_envs} * {num_steps} = {self.env_steps_per_iteration}.",
         )
 
-    # ------------------------------------------------------------------------------------- data
-    # build_networks, batches_per_epoch, collect_rollout and forward (acting): OnPolicyMixin.
-    def generate_batches(self) -> Iterator[RolloutBatch]:
-        for _ in range(self.batches_per_epoch()):
-            yield gae_batch(self.collect_rollout(), self.hparams.gamma, self.hparams.gae_lambda)
+    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        hp = self.hparams
+        self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation)
+        self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
+        self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
+
+    # ----------------------------------------------------------------------------------- acting
+    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        """Actions for raw observations: the mode of the policy, or a sample."""
+        return self.agent(obs if self.obs_rms is None else self.obs_rms.normalize(obs), deterministic)
 
     # --------------------------------------------------------------------------------- training
-    def training_step(self, batch: RolloutBatch, batch_idx: int) -> Tensor:
+    def training_step(self, iterations: int, batch_idx: int) -> Tensor:
+        """``iterations`` (always 1 here) rollouts, each followed by its update epochs."""
         hp = self.hparams
         opt = self.optimizers()
-        if hp.anneal_lr:
-            self.anneal_learning_rate(opt)
         logging = self.should_log()
-        stats: list[Tensor] = []
-        for _ in range(hp.update_epochs):
-            if hp.num_minibatches == 1:  # the whole rollout: views, no shuffle (a mean ignores order)
-                minibatches: Iterable[Tensor | slice] = (slice(None),)
-            else:
-                minibatches = torch.randperm(self.rollout_size, device=self.device).split(self.minibatch_size)
-            for mb_inds in minibatches:
-                out = self.minibatch_loss(
-                    batch.obs[mb_inds],
-                    batch.actions[mb_inds],
-                    batch.logprobs[mb_inds],
-                    batch.advantages[mb_inds],
-                    batch.values[mb_inds],
-                    batch.returns[mb_inds],
-                )
-                opt.zero_grad()
-                self.manual_backward(out.loss)
-                self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
-                opt.step()
-                if logging:  # ~15 us of stacking per minibatch, only on the steps that log
-                    stats.append(torch.stack([t.detach() for t in out[1:]]))
-            if hp.target_kl is not None:
-                # Same decision on every DDP rank, or their optimizer steps would diverge.
-                kl = self.trainer.strategy.reduce(out.approx_kl.detach(), reduce_op="mean")
-                if kl > hp.target_kl:
-                    break
+        for _ in self.within_budget(iterations):
+            rollout = self.collect_rollout(self.agent)
+            b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
+            if hp.anneal_lr:
+                self.anneal_learning_rate(opt, hp.learning_rate)
+            stats: list[Tensor] = []
+            for _ in range(hp.update_epochs):
+                if hp.num_minibatches == 1:  # the whole rollout: views, no shuffle (a mean ignores order)
+                    minibatches: Iterable[Tensor | slice] = (slice(None),)
+                else:
+                    minibatches = torch.randperm(self.env_steps_per_iteration, device=self.device).split(
+                        self.minibatch_size
+                    )
+                for mb_inds in minibatches:
+                    out = self.minibatch_loss(
+                        b.obs[mb_inds],
+                        b.actions[mb_inds],
+                        b.logprobs[mb_inds],
+                        b.advantages[mb_inds],
+                        b.values[mb_inds],
+                        b.returns[mb_inds],
+                    )
+                    self.gradient_step(opt, out.loss, hp.max_grad_norm)
+                    if logging:  # ~15 us of stacking per minibatch, only on the steps that log
+                        stats.append(torch.stack([t.detach() for t in out[1:]]))
+                if hp.target_kl is not None:
+                    # Same decision on every DDP rank, or their optimizer steps would diverge.
+                    kl = self.trainer.strategy.reduce(out.approx_kl.detach(), reduce_op="mean")
+                    if kl > hp.target_kl:
+                        break
 
         if logging:
             policy_loss, value_loss, entropy, approx_kl, clip_fraction = torch.stack(stats).mean(0)
-            explained_var = 1 - (batch.returns - batch.values).var() / batch.returns.var()
             self.log_training(
                 {
                     "train/policy_loss": policy_loss,
@@ -211,7 +222,7 @@ class PPO(OnPolicyMixin, RLModule):
                     "train/entropy": entropy,
                     "train/approx_kl": approx_kl,
                     "train/clip_fraction": clip_fraction,
-                    "train/explained_variance": explained_var,
+                    "train/explained_variance": 1 - (b.returns - b.values).var() / b.returns.var(),
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )

@@ -25,7 +25,7 @@ variable length break fixed env-step epochs and equal batch counts across DDP ra
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
 from typing import NamedTuple
 
 import gymnasium as gym
@@ -33,10 +33,13 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import OnPolicyMixin
-from rl_lightning.data.rollout import RolloutBatch, episode_batch
+from rl_lightning.config import DEFAULT_RUN, RunConfig
+from rl_lightning.data.rollout import Rollouts, episode_batch
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.errors import ConfigError
+from rl_lightning.envs.normalize import normalizers
+from rl_lightning.errors import check
+from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.policies import ActorCritic
 
 
 class ReinforceLoss(NamedTuple):
@@ -67,12 +70,15 @@ def reinforce_loss(
     return ReinforceLoss(policy_loss + vf_coef * value_loss, policy_loss, value_loss)
 
 
-class REINFORCE(OnPolicyMixin, RLModule):
+REINFORCE_RUN = dataclasses.replace(DEFAULT_RUN, total_env_steps=500_000)
+
+
+class REINFORCE(RLModule):
     """REINFORCE for discrete (categorical) and continuous (diagonal Gaussian) actions.
 
     Args:
         env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        total_env_steps: Training budget in env steps (all ranks together).
+        run: Budget (``total_env_steps``) and evaluation rhythm.
         num_steps: Steps per sub-env per rollout; one update per rollout. Make it a few episodes
             long: steps whose episode does not end inside the rollout are dropped.
         learning_rate: Adam learning rate (the start value when annealed).
@@ -85,12 +91,10 @@ class REINFORCE(OnPolicyMixin, RLModule):
         vf_coef: Value loss coefficient (with ``baseline``).
         max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
         hidden_sizes: Hidden layer widths of the policy (and baseline) MLP.
-        activation: Hidden activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        activation: Hidden activation of the MLPs.
         normalize_obs: Normalize observations by running mean and std (statistics saved in
             checkpoints, frozen outside collection; ``forward`` takes raw observations).
         normalize_reward: Divide rewards by the running std of the discounted return (training only).
-        env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
-        eval_episodes: Deterministic evaluation episodes per evaluation.
     """
 
     action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
@@ -98,7 +102,7 @@ class REINFORCE(OnPolicyMixin, RLModule):
     def __init__(
         self,
         env: EnvConfig | None = None,
-        total_env_steps: int = 500_000,
+        run: RunConfig = REINFORCE_RUN,
         num_steps: int = 500,
         learning_rate: float = 3e-3,
         anneal_lr: bool = True,
@@ -108,58 +112,61 @@ class REINFORCE(OnPolicyMixin, RLModule):
         vf_coef: float = 0.5,
         max_grad_norm: float | None = None,
         hidden_sizes: tuple[int, ...] = (64, 64),
-        activation: str = "tanh",
+        activation: Activation = "tanh",
         normalize_obs: bool = False,
         normalize_reward: bool = False,
-        env_steps_per_epoch: int = 10_000,
-        eval_episodes: int = 20,
     ) -> None:
-        super().__init__(env, total_env_steps, env_steps_per_epoch, eval_episodes)
+        super().__init__(env, run)
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.rollout_size = self.env_config.num_envs * num_steps
-        self.check_common_hparams()
-        if max_grad_norm is not None and max_grad_norm <= 0:
-            raise ConfigError(f"max_grad_norm must be > 0 or None, got {max_grad_norm}.")
+        self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
+        check_mlp_args(hidden_sizes, activation)
+        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
+        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
+        check(num_steps >= 1, f"num_steps must be >= 1, got {num_steps}.")
+        check(max_grad_norm is None or max_grad_norm > 0, f"max_grad_norm must be > 0 or None, got {max_grad_norm}.")
 
-    def uses_critic(self) -> bool:
-        return self.hparams.baseline
+    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        hp = self.hparams
+        self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, critic=hp.baseline)
+        self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
+        self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
 
-    # ------------------------------------------------------------------------------------- data
-    # build_networks, batches_per_epoch, collect_rollout and forward (acting): OnPolicyMixin.
-    def generate_batches(self) -> Iterator[RolloutBatch]:
-        for _ in range(self.batches_per_epoch()):
-            yield episode_batch(self.collect_rollout(), self.hparams.gamma)
+    # ----------------------------------------------------------------------------------- acting
+    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
+        """Actions for raw observations: the mode of the policy, or a sample."""
+        return self.agent(obs if self.obs_rms is None else self.obs_rms.normalize(obs), deterministic)
 
     # --------------------------------------------------------------------------------- training
-    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+    def training_step(self, iterations: int, batch_idx: int) -> Tensor:
+        """``iterations`` (always 1 here) rollouts, each followed by one gradient step."""
         hp = self.hparams
         opt = self.optimizers()
-        if hp.anneal_lr:
-            self.anneal_learning_rate(opt)
-        weights = batch.advantages  # G - V, or G without a baseline (V = 0)
-        if hp.norm_returns and weights.shape[0] > 1:
-            weights = (weights - weights.mean()) / (weights.std() + 1e-8)
-        logprobs, _, values = self.agent.evaluate(batch.obs, batch.actions)
-        out = reinforce_loss(
-            logprobs.float(), weights, values.float() if hp.baseline else None, batch.returns, hp.vf_coef
-        )
-        opt.zero_grad()
-        self.manual_backward(out.loss)
-        if hp.max_grad_norm is not None:
-            self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
-        opt.step()
+        for _ in self.within_budget(iterations):
+            rollout = self.collect_rollout(self.agent)
+            b = episode_batch(rollout, hp.gamma)  # the steps whose episode ends inside the rollout
+            if hp.anneal_lr:
+                self.anneal_learning_rate(opt, hp.learning_rate)
+            weights = b.advantages  # G - V, or G without a baseline (V = 0)
+            if hp.norm_returns and weights.shape[0] > 1:
+                weights = (weights - weights.mean()) / (weights.std() + 1e-8)
+            logprobs, _, values = self.agent.evaluate(b.obs, b.actions)
+            out = reinforce_loss(
+                logprobs.float(), weights, values.float() if hp.baseline else None, b.returns, hp.vf_coef
+            )
+            self.gradient_step(opt, out.loss, hp.max_grad_norm)
 
         if self.should_log():
             metrics = {
                 "train/policy_loss": out.policy_loss.detach(),
-                "rollout/kept_fraction": batch.obs.shape[0] / self.rollout_size,
+                "rollout/kept_fraction": b.obs.shape[0] / self.env_steps_per_iteration,
                 "train/learning_rate": opt.param_groups[0]["lr"],
             }
             if hp.baseline:
                 metrics["train/value_loss"] = out.value_loss.detach()
-                metrics["train/explained_variance"] = 1 - (batch.returns - batch.values).var() / batch.returns.var()
+                metrics["train/explained_variance"] = 1 - (b.returns - b.values).var() / b.returns.var()
             self.log_training(metrics)
+        return out.loss.detach()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)

@@ -13,11 +13,13 @@ each a hyperparameter or class attribute here, so DDPG is this class with them s
 Implementation as in Stable-Baselines3 (whose defaults these are) and CleanRL: Gaussian exploration
 noise of std ``exploration_noise`` (relative to half the action range), uniformly random actions for
 the first ``learning_starts`` env steps, Polyak-averaged targets, the actor maximizing ``Q_1``.
-Actions are normalized to ``[-1, 1]`` inside (see ``off_policy``); ``forward`` returns env units.
+Actions are normalized to ``[-1, 1]`` inside, as in SAC (``rl_lightning.algorithms.sac``);
+``forward`` returns env units.
 
-One Lightning training step is ``phases_per_step`` collection phases (``train_freq`` vector steps
-into the replay buffer), each followed by ``gradient_steps`` critic updates (manual optimization,
-two optimizers); each phase is collected after the previous phase's updates, as with one per step.
+One Lightning training step is ``replay.phases_per_step`` collection phases (``train_freq`` vector
+steps into the replay buffer), each followed by ``gradient_steps`` critic updates (manual
+optimization, two optimizers); each phase is collected after the previous phase's updates, as with
+one per step.
 
 Deviations: none of substance. The delay counts gradient steps over the whole run (SB3's
 ``_n_updates``; CleanRL counts env steps). Time-limit truncation bootstraps from the final
@@ -27,21 +29,19 @@ observation (SB3 does; CleanRL does not).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.algorithms import off_policy
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.data.replay import ReplayBuffer
+from rl_lightning.config import DEFAULT_RUN, RunConfig
+from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayConfig
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
-from rl_lightning.networks.continuous import DeterministicActor, QEnsemble, to_env_units
-from rl_lightning.networks.mlp import ACTIVATIONS
+from rl_lightning.networks.continuous import DeterministicActor, QEnsemble, q_loss, to_env_units
+from rl_lightning.networks.mlp import Activation, check_mlp_args
 from rl_lightning.networks.utils import polyak_update
 
 
@@ -67,20 +67,12 @@ class TD3(RLModule):
 
     Args:
         env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        total_env_steps: Training budget in env steps (all ranks together).
-        buffer_size: Replay capacity in transitions, per rank.
+        run: Budget (``total_env_steps``) and evaluation rhythm.
+        replay: Replay buffer, warm-up and the rhythm of collection phases and gradient steps.
         learning_rate: Adam learning rate of the actor and the critics.
-        batch_size: Transitions per gradient step.
         gamma: Discount factor, in (0, 1].
         tau: Polyak coefficient of the target networks (``target <- tau * online + (1 - tau) *
             target``; 1.0 copies).
-        learning_starts: Env steps of uniformly random actions before the first gradient step (all
-            ranks together); at most ``total_env_steps``.
-        train_freq: Vector steps per collection phase (``train_freq * env.num_envs`` env steps per
-            rank); each phase is followed by ``gradient_steps`` updates.
-        gradient_steps: Critic updates after each collection phase.
-        phases_per_step: Collection phases (each followed by its updates) per Lightning training step
-            (speed only: the run is the same; metrics are logged per training step).
         exploration_noise: Std of the Gaussian noise added to the actor's actions during collection,
             relative to half the action range (0.1 adds 10 % of it).
         policy_frequency: Critic updates per actor and target update (TD3's delay).
@@ -88,81 +80,63 @@ class TD3(RLModule):
             half the action range).
         target_noise_clip: The smoothing noise is clipped to ``[-target_noise_clip, target_noise_clip]``.
         hidden_sizes: Hidden widths of the actor and of each critic.
-        activation: Hidden activation: ``relu``, ``tanh``, ``elu`` or ``silu``.
-        save_replay_buffer: Save the replay buffer with checkpoints (one of 64 MiB or more in a side
-            file ``<checkpoint>.replay-<env step>.pt`` next to it), so a resumed run continues with the
-            same contents instead of refilling it.
-        buffer_on_cpu: Keep the replay buffer in host memory even when training on an accelerator.
-        env_steps_per_epoch: Env steps per Lightning epoch (all ranks); one evaluation per epoch.
-        eval_episodes: Deterministic evaluation episodes (no exploration noise) per evaluation.
+        activation: Hidden activation of the MLPs.
     """
 
     action_spaces = (gym.spaces.Box,)
-    ddp_find_unused_parameters = True  # actor, critic (and alpha) backward passes reach disjoint parameters
+    bounded_actions = True
+    ddp_find_unused_parameters = True  # actor and critic backward passes reach disjoint parameters
+    checkpointed_attributes = ("num_updates",)
     n_critics = 2  # clipped double-Q (DDPG: 1)
 
     def __init__(
         self,
         env: EnvConfig | None = None,
-        total_env_steps: int = 1_000_000,
-        buffer_size: int = 1_000_000,
+        run: RunConfig = DEFAULT_RUN,
+        replay: ReplayConfig = CONTINUOUS_CONTROL_REPLAY,
         learning_rate: float = 1e-3,
-        batch_size: int = 256,
         gamma: float = 0.99,
         tau: float = 0.005,
-        learning_starts: int = 100,
-        train_freq: int = 1,
-        gradient_steps: int = 1,
-        phases_per_step: int = 10,
         exploration_noise: float = 0.1,
         policy_frequency: int = 2,
         target_policy_noise: float = 0.2,
         target_noise_clip: float = 0.5,
         hidden_sizes: tuple[int, ...] = (400, 300),
-        activation: str = "relu",
-        save_replay_buffer: bool = False,
-        buffer_on_cpu: bool = False,
-        env_steps_per_epoch: int = 10_000,
-        eval_episodes: int = 20,
+        activation: Activation = "relu",
     ) -> None:
-        super().__init__(env, total_env_steps, env_steps_per_epoch, eval_episodes)
+        super().__init__(env, run)
         self.save_hyperparameters()
         self.automatic_optimization = False
+        self.replay_config = self.resolve_config("replay", replay)
+        self.env_steps_per_iteration = self.replay_config.train_freq * self.env_config.num_envs  # one phase
+        self.iterations_per_step = self.replay_config.phases_per_step
         # TD3's three changes, as attributes: DDPG fixes them, so its hparams (under the CLI) lack them.
         self.policy_frequency, self.target_policy_noise = policy_frequency, target_policy_noise
         self.target_noise_clip = target_noise_clip
-        self._check_hparams()
-        self.replay: ReplayBuffer | None = None
-        self._replay_state: dict[str, Any] | None = None  # from a checkpoint, until the buffer exists
         self.num_updates = 0  # critic updates so far: drives the policy delay
-
-    def _check_hparams(self) -> None:
-        hp = self.hparams
-        off_policy.check_hparams(hp, self.total_env_steps)
-        check(hp.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}, got {hp.activation!r}.")
-        check(self.policy_frequency >= 1, f"policy_frequency must be >= 1, got {self.policy_frequency}.")
-        check(hp.exploration_noise >= 0, f"exploration_noise must be >= 0, got {hp.exploration_noise}.")
-        for name in ("target_policy_noise", "target_noise_clip"):
-            check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}.")
+        self.replay_config.check(self.total_env_steps)
+        check_mlp_args(hidden_sizes, activation)
+        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
+        check(0 < tau <= 1, f"tau must be in (0, 1], got {tau}.")
+        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
+        check(policy_frequency >= 1, f"policy_frequency must be >= 1, got {policy_frequency}.")
+        for name, value in (
+            ("exploration_noise", exploration_noise),
+            ("target_policy_noise", target_policy_noise),
+            ("target_noise_clip", target_noise_clip),
+        ):
+            check(value >= 0, f"{name} must be >= 0, got {value}.")
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        off_policy.check_action_space(self, action_space)
         hp = self.hparams
         obs_dim, act_dim = int(np.prod(observation_space.shape)), int(action_space.shape[0])
         self.actor = DeterministicActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=self.n_critics, activation=hp.activation)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.observation_space, self.action_space = observation_space, action_space
-
-    # ------------------------------------------------------------------------------------- data
-    def batches_per_epoch(self) -> int:
-        return off_policy.batches_per_epoch(self)
-
-    def generate_batches(self) -> Iterator[Iterator[int]]:
-        """Yields each training step's collection phases (lazily: see ``off_policy``); training_step
-        samples the replay buffer itself, once per gradient step."""
-        yield from off_policy.collection_phases(self, self._explore)
+        self.replay = Replay(
+            self.replay_config, observation_space, action_space, gamma=hp.gamma, normalized_actions=True
+        )
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -179,37 +153,41 @@ class TD3(RLModule):
         return (actions + noise).clamp(-1.0, 1.0)
 
     # --------------------------------------------------------------------------------- training
-    def training_step(self, phases: Iterator[int], batch_idx: int) -> Tensor:
+    def training_step(self, iterations: int, batch_idx: int) -> Tensor:
+        """``iterations`` collection phases (``replay.phases_per_step``), each followed by its updates."""
         hp = self.hparams
         actor_opt, critic_opt = self.optimizers()
         log = self.should_log()
         critic_stats: list[Tensor] = []
         actor_stats: list[Tensor] = []
-        for _ in off_policy.gradient_steps(self, phases):
-            b = off_policy.sample(self)
-            with torch.no_grad():
-                next_actions = self.actor_target(b.next_obs)
-                if self.target_policy_noise > 0:
-                    noise = torch.randn_like(next_actions) * self.target_policy_noise
-                    next_actions = smoothed_target_actions(next_actions, noise, self.target_noise_clip)
-                target = td3_target(b.rewards, b.discounts, b.terminated, self.critic_target(b.next_obs, next_actions))
-            q = self.critic(b.obs, b.actions)
-            loss_q = off_policy.q_loss(q, target)
-            self._step(critic_opt, loss_q)
-            self.num_updates += 1
-            if log:
-                critic_stats.append(torch.stack([loss_q, q.mean()]).detach())
-
-            if self.num_updates % self.policy_frequency == 0:
-                # The actor's gradient flows through the critic into the actions only.
-                self.critic.requires_grad_(False)
-                loss_pi = deterministic_actor_loss(self.critic(b.obs, self.actor(b.obs), first=1)[0])
-                self.critic.requires_grad_(True)
-                self._step(actor_opt, loss_pi)
-                polyak_update(self.critic, self.critic_target, hp.tau)
-                polyak_update(self.actor, self.actor_target, hp.tau)
+        for _ in self.within_budget(iterations):
+            self.collect_phase(self._explore)
+            for _ in range(self.replay_config.gradient_steps):
+                b = self.replay.sample()
+                with torch.no_grad():
+                    next_actions = self.actor_target(b.next_obs)
+                    if self.target_policy_noise > 0:
+                        noise = torch.randn_like(next_actions) * self.target_policy_noise
+                        next_actions = smoothed_target_actions(next_actions, noise, self.target_noise_clip)
+                    next_q = self.critic_target(b.next_obs, next_actions)
+                    target = td3_target(b.rewards, b.discounts, b.terminated, next_q)
+                q = self.critic(b.obs, b.actions)
+                loss_q = q_loss(q, target)
+                self.gradient_step(critic_opt, loss_q)
+                self.num_updates += 1
                 if log:
-                    actor_stats.append(loss_pi.detach())
+                    critic_stats.append(torch.stack([loss_q, q.mean()]).detach())
+
+                if self.num_updates % self.policy_frequency == 0:
+                    # The actor's gradient flows through the critic into the actions only.
+                    self.critic.requires_grad_(False)
+                    loss_pi = deterministic_actor_loss(self.critic(b.obs, self.actor(b.obs), first=1)[0])
+                    self.critic.requires_grad_(True)
+                    self.gradient_step(actor_opt, loss_pi)
+                    polyak_update(self.critic, self.critic_target, hp.tau)
+                    polyak_update(self.actor, self.actor_target, hp.tau)
+                    if log:
+                        actor_stats.append(loss_pi.detach())
 
         if log:
             loss_q_mean, q_mean = torch.stack(critic_stats).mean(0)
@@ -219,23 +197,9 @@ class TD3(RLModule):
             self.log_training(metrics)
         return loss_q.detach()
 
-    def _step(self, opt: Any, loss: Tensor) -> None:
-        opt.zero_grad()
-        self.manual_backward(loss)
-        opt.step()
-
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.learning_rate
         return [
             self.adam(self.actor.parameters(), lr, clipped=False),
             self.adam(self.critic.parameters(), lr, clipped=False),
         ]
-
-    # ------------------------------------------------------------------------------ checkpoints
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        off_policy.save_state(self, checkpoint)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        off_policy.load_state(self, checkpoint)

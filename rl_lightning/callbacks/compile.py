@@ -19,8 +19,6 @@ from typing import Any
 
 import lightning as L
 
-from rl_lightning.algorithms.base import RLModule
-
 
 class CompileNetworks(L.Callback):
     """Compile the module's networks with ``torch.compile`` when ``fit`` starts.
@@ -39,6 +37,6 @@ class CompileNetworks(L.Callback):
         self.kwargs: dict[str, Any] = {"mode": mode, "dynamic": dynamic, "fullgraph": fullgraph, "backend": backend}
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not isinstance(pl_module, RLModule):
+        if not hasattr(pl_module, "compile_networks"):  # an rl_lightning algorithm (RLModule)
             raise TypeError(f"CompileNetworks works with rl_lightning algorithms, got {type(pl_module).__name__}.")
         pl_module.compile_networks(**self.kwargs)

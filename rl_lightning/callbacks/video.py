@@ -25,13 +25,15 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from PIL import Image  # a dependency of tensorboard
 
+from rl_lightning.evaluation import eval_seed_base, make_eval_env
+
 
 @torch.no_grad()
 def play_rendered(
     module: Any, envs: gym.vector.VectorEnv, seed: int, max_steps: int, on_frame: Sequence[Callable[[np.ndarray], Any]]
 ) -> tuple[float, int]:
-    """Play one episode of ``module``'s evaluation policy (``act_in_env``) in ``envs`` (its eval env:
-    one sub-env made with ``render_mode="rgb_array"``), passing each rendered frame (uint8
+    """Play one episode of ``module``'s evaluation policy (``act_in_env``) in ``envs`` (its eval env,
+    ``make_eval_env``: one sub-env made with ``render_mode="rgb_array"``), passing each rendered frame (uint8
     ``[H, W, 3]``) to every ``on_frame``: the first state and the state after every step, so
     ``length + 1`` frames.
 
@@ -79,7 +81,7 @@ class Episode(NamedTuple):
 def record_episode(module: Any, seed: int = 0, max_steps: int = 1_000) -> Episode:
     """Play and render one deterministic episode of ``module`` (an ``RLModule``) in its evaluation env,
     keeping every frame in memory (mind ``max_steps`` with large frames)."""
-    envs = module.make_eval_env(1, render_mode="rgb_array")
+    envs = make_eval_env(module.env_config, 1, render_mode="rgb_array")
     try:
         frames: list[np.ndarray] = []
         episode_return, _ = play_rendered(module, envs, seed, max_steps, [frames.append])
@@ -233,13 +235,15 @@ class RecordEpisodes(L.Callback):
         tensorboards = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
         was_training = pl_module.training
         pl_module.eval()
-        envs = pl_module.make_eval_env(1, render_mode="rgb_array")
+        envs = make_eval_env(pl_module.env_config, 1, render_mode="rgb_array")
         fps = self.fps or _fps(envs)
         mp4 = Mp4Writer(videos / f"recording-env_steps={step}.mp4", fps)  # renamed once the return is known
         gif = GifFrames()
         sinks = ([mp4.add] if self.mp4 else []) + ([gif.add] if self.tensorboard and tensorboards else [])
         try:
-            episode_return, _ = play_rendered(pl_module, envs, pl_module._eval_seed_base(), self.max_steps, sinks)
+            episode_return, _ = play_rendered(
+                pl_module, envs, eval_seed_base(pl_module.env_config), self.max_steps, sinks
+            )
         finally:
             mp4.close()
             envs.close()

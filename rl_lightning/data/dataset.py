@@ -1,10 +1,10 @@
-"""The bridge between environment interaction and Lightning's training loop."""
+"""The bridge between Lightning's training loop and environment interaction."""
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from torch.utils.data import IterableDataset
 
@@ -14,24 +14,30 @@ warnings.filterwarnings("ignore", message=r".*IterableDataset. has .__len__. def
 
 
 class ExperienceDataset(IterableDataset):
-    """Yields the batches a module's generator produces, ``length`` of them per epoch.
+    """Paces Lightning's training steps: yields, for each training step of an epoch, how many
+    collect-then-update iterations it runs (a rollout and its update, or a collection phase and its
+    gradient steps). The training step collects the experience itself, with the current policy, so
+    nothing is collected ahead of time by a stale one.
 
-    The length matters: with it, Lightning knows where an epoch ends without pre-fetching the next
-    batch. Without it, Lightning would collect rollout ``k + 1`` before training on rollout ``k``
-    (its prefetching fetcher), so on-policy data would come from a stale policy. It also makes every
-    DDP rank run the same number of steps per epoch by construction.
+    An epoch is ``iterations`` iterations in steps of ``per_step`` (the last step may run fewer). The
+    length tells Lightning where an epoch ends, and every DDP rank runs the same number of steps by
+    construction (a rank with fewer would hang the all-reduce). An ``IterableDataset``, not a list, so
+    Lightning never splits it across ranks with a distributed sampler.
 
     Args:
-        generate: Called once per epoch; returns an iterator of batches.
-        length: Batches per epoch; the iterator must yield exactly this many.
+        iterations: Collect-then-update iterations per epoch.
+        per_step: Iterations per training step.
     """
 
-    def __init__(self, generate: Callable[[], Iterator[Any]], length: int) -> None:
-        self.generate = generate
-        self.length = length
+    def __init__(self, iterations: int, per_step: int = 1) -> None:
+        self.iterations = iterations
+        self.per_step = per_step
 
-    def __iter__(self) -> Iterator[Any]:
-        return self.generate()
+    def __iter__(self) -> Iterator[int]:
+        left = self.iterations
+        while left > 0:
+            yield min(self.per_step, left)
+            left -= self.per_step
 
     def __len__(self) -> int:
-        return self.length
+        return math.ceil(self.iterations / self.per_step)

@@ -28,14 +28,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from rl_lightning.envs.make import episode_stats
+from rl_lightning.envs.make import EpisodeLog
+from rl_lightning.errors import check
 
 
 class ReplayBatch(NamedTuple):
@@ -456,8 +459,7 @@ class ReplayCollector:
             isinstance(self.action_space, gym.spaces.Box) and self.action_space.is_bounded("both")
         ):
             raise ValueError(f"normalized_actions needs a Box action space with finite bounds: {self.action_space}.")
-        self.episode_returns: list[np.ndarray] = []
-        self.episode_lengths: list[np.ndarray] = []
+        self.episodes = EpisodeLog()
         obs, _ = envs.reset(seed=seed)
         self.obs = self._to_tensor(obs)
         # A restored buffer's streams end here: the envs start new episodes.
@@ -511,15 +513,181 @@ class ReplayCollector:
                 real_next[torch.as_tensor(idx, device=self.device)] = self._to_tensor(np.stack(infos["final_obs"][idx]))
             self.buffer.add(self.obs, actions, rewards, real_next, terminated, truncated)
             self.obs = next_t
-            if (stats := episode_stats(infos)) is not None:
-                ended, ep_returns, ep_lengths = stats
-                self.episode_returns.append(ep_returns[ended])
-                self.episode_lengths.append(ep_lengths[ended])
+            self.episodes.record(infos)
+
+
+@dataclass
+class ReplayConfig:
+    """Replay and the rhythm of collection and updates, for DQN, SAC, TD3 and DDPG. A field left ``None``
+    takes the algorithm's default (the ``replay`` default in its signature, listed on its docs page).
+
+    Training alternates collection phases and updates: a phase is ``train_freq`` vector steps
+    (``train_freq * env.num_envs`` env steps per rank) into the replay buffer, followed by
+    ``gradient_steps`` gradient steps on minibatches sampled from it.
+
+    Args:
+        buffer_size: Replay capacity in transitions, per rank.
+        batch_size: Transitions per gradient step.
+        learning_starts: Env steps of uniformly random actions that fill the buffer before the first
+            gradient step (all ranks together); at most ``total_env_steps``.
+        train_freq: Vector steps per collection phase.
+        gradient_steps: Gradient steps after each collection phase.
+        phases_per_step: Collection phases (each followed by its updates) per Lightning training step:
+            speed only, the run is the same; metrics are logged per training step.
+        save_replay_buffer: Save the replay buffer with checkpoints (one of 64 MiB or more in a side
+            file ``<checkpoint>.replay-<env step>.pt`` next to it), so a resumed run continues with the
+            same contents instead of refilling it.
+        buffer_on_cpu: Keep the replay buffer in host memory even when training on an accelerator.
+    """
+
+    buffer_size: int | None = None
+    batch_size: int | None = None
+    learning_starts: int | None = None
+    train_freq: int | None = None
+    gradient_steps: int | None = None
+    phases_per_step: int | None = None
+    save_replay_buffer: bool | None = None
+    buffer_on_cpu: bool | None = None
+
+    def check(self, total_env_steps: int) -> None:
+        """``ConfigError`` naming the argument and its value."""
+        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "phases_per_step"):
+            check(getattr(self, name) >= 1, f"replay.{name} must be >= 1, got {getattr(self, name)}.")
+        check(
+            self.buffer_size >= self.batch_size,
+            f"replay.buffer_size={self.buffer_size} must be >= replay.batch_size={self.batch_size}.",
+        )
+        check(
+            0 <= self.learning_starts <= total_env_steps,
+            f"replay.learning_starts must be in [0, total_env_steps={total_env_steps}], got {self.learning_starts}: "
+            "the run would end before its first gradient step.",
+        )
+
+
+# SB3's defaults for SAC, TD3 and DDPG (and ours for grouping phases).
+CONTINUOUS_CONTROL_REPLAY = ReplayConfig(
+    buffer_size=1_000_000,
+    batch_size=256,
+    learning_starts=100,
+    train_freq=1,
+    gradient_steps=1,
+    phases_per_step=10,
+    save_replay_buffer=False,
+    buffer_on_cpu=False,
+)
+
+
+class Replay:
+    """The replay side of DQN, SAC, TD3 and DDPG: the buffer, the warm-up with random actions,
+    collection phases, sampling and the buffer's state in checkpoints.
+
+    Built with the networks (no env needed). The first collection starts it on the rank's envs: the
+    buffer is allocated then, on the module's device (or the host with ``buffer_on_cpu``), after a
+    checkpoint has been restored, since its sampling RNG is seeded from the restored env step (a draw
+    from torch's RNG would make a resumed run differ from an uninterrupted one). A buffer state loaded
+    before that is put in when the buffer exists. The buffer outlives the envs (``stop``): a second fit
+    of the same module goes on with it.
+
+    Args:
+        config: Sizes and rhythm (``ReplayConfig``).
+        observation_space: One sub-env's observation space.
+        action_space: One sub-env's action space.
+        n_step: Steps summed into each sampled return.
+        gamma: Discount of the n-step returns.
+        frame_stack: Stacked frames of image observations (stored once each; see ``ReplayBuffer``).
+        prioritized_alpha: Proportional prioritized replay with this exponent; ``None``: uniform.
+        normalized_actions: Box actions in ``[-1, 1]`` inside, rescaled to the env's bounds on their way
+            to it (see ``ReplayCollector``).
+    """
+
+    def __init__(
+        self,
+        config: ReplayConfig,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        prioritized_alpha: float | None = None,
+        normalized_actions: bool = False,
+    ) -> None:
+        self.config = config
+        self.spaces = observation_space, action_space
+        self.buffer_kwargs: dict[str, Any] = {"n_step": n_step, "gamma": gamma, "frame_stack": frame_stack}
+        self.prioritized_alpha = prioritized_alpha
+        self.normalized_actions = normalized_actions
+        self.buffer: ReplayBuffer | None = None
+        self.collector: ReplayCollector | None = None
+        self.device = torch.device("cpu")  # where sampled batches go: the module's device
+        self.warmup_until = 0  # vector steps of random actions before the first phase's own
+        self._pending_state: dict[str, Any] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.collector is not None
+
+    def start(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int) -> None:
+        self.device = device
+        if self.buffer is None:
+            self.buffer = self._make_buffer(envs.num_envs, seed)
+        self.collector = ReplayCollector(
+            envs, self.buffer, self.buffer.device, seed, normalized_actions=self.normalized_actions
+        )
+        self.warmup_until = math.ceil(self.config.learning_starts / (envs.num_envs * world_size))
+
+    def _make_buffer(self, num_envs: int, seed: int) -> ReplayBuffer:
+        cfg = self.config
+        device = torch.device("cpu") if cfg.buffer_on_cpu else self.device
+        kwargs = dict(self.buffer_kwargs, device=device, seed=seed)
+        if self.prioritized_alpha is None:
+            buffer = ReplayBuffer(cfg.buffer_size, num_envs, *self.spaces, **kwargs)
+        else:
+            buffer = PrioritizedReplayBuffer(
+                cfg.buffer_size, num_envs, *self.spaces, alpha=self.prioritized_alpha, **kwargs
+            )
+        rank_zero_info(
+            f"Replay buffer: {buffer.nbytes / 1e9:.2f} GB on {device} per rank "
+            f"({buffer.nbytes / (buffer.rows * buffer.num_envs):.0f} bytes per transition)."
+        )
+        if self._pending_state is not None:
+            buffer.load_state_dict(self._pending_state)
+            self._pending_state = None
+        return buffer
+
+    def stop(self) -> None:
+        self.collector = None
+
+    def collect(self, act: Callable[[Tensor], Tensor]) -> tuple[None, int]:
+        """One phase: ``train_freq`` vector steps with ``act(obs) -> actions`` (obs on the buffer's
+        device), preceded by the random warm-up while the buffer holds fewer than ``learning_starts``
+        env steps. Returns the vector steps taken."""
+        assert self.collector is not None, "start() first"
+        return None, self.collector.collect(act, self.config.train_freq, self.warmup_until)
+
+    def sample(self, batch_size: int | None = None, beta: float = 0.4) -> ReplayBatch:
+        """A minibatch (``batch_size`` rows, default the config's) on the module's device;
+        ``beta`` is prioritized replay's importance-sampling exponent."""
+        assert self.buffer is not None, "start() first"
+        size = batch_size or self.config.batch_size
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            batch = self.buffer.sample(size, beta)
+        else:
+            batch = self.buffer.sample(size)
+        if self.buffer.device != self.device:  # indices stay on the host, with the priorities
+            batch = batch._replace(**{k: getattr(batch, k).to(self.device) for k in batch._fields if k != "indices"})
+        return batch
+
+    def update_priorities(self, indices: Tensor, priorities: Tensor) -> None:
+        self.buffer.update_priorities(indices, priorities)
 
     def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Returns and lengths of the episodes finished since the last call."""
-        returns = np.concatenate(self.episode_returns) if self.episode_returns else np.zeros(0)
-        lengths = np.concatenate(self.episode_lengths) if self.episode_lengths else np.zeros(0)
-        self.episode_returns.clear()
-        self.episode_lengths.clear()
-        return returns, lengths
+        return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return self.buffer.state_dict() if self.buffer is not None else None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.buffer is not None:
+            self.buffer.load_state_dict(state)
+        else:
+            self._pending_state = state

@@ -1,8 +1,9 @@
 """On-policy rollouts: collection into a preallocated buffer, GAE, Monte-Carlo returns-to-go.
 
-Shared by PPO, A2C and REINFORCE. One rollout is ``num_steps`` vector steps of ``num_envs``
-sub-envs. Done semantics are explicit: ``terminated`` means the true episode end (no bootstrap);
-``truncated`` (time limit) bootstraps from the value of the final observation.
+Shared by PPO, A2C and REINFORCE through ``Rollouts``, their rollout side. One rollout is
+``num_steps`` vector steps of ``num_envs`` sub-envs. Done semantics are explicit: ``terminated``
+means the true episode end (no bootstrap); ``truncated`` (time limit) bootstraps from the value of
+the final observation.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs.make import episode_stats
+from rl_lightning.envs.make import EpisodeLog, episode_stats
 from rl_lightning.envs.normalize import RunningMeanStd
 from rl_lightning.envs.torch import TorchVectorEnv
 
@@ -221,8 +222,7 @@ class RolloutCollector:
             # Discounted return of each sub-env's running episode, for reward scaling (reset on done).
             self.running_return = np.zeros(n, dtype=np.float32)
             self.discounted_returns = np.zeros((num_steps, n), dtype=np.float32)
-        self.episode_returns: list[np.ndarray] = []
-        self.episode_lengths: list[np.ndarray] = []
+        self.episodes = EpisodeLog()
         obs, _ = envs.reset(seed=seed)
         self.next_obs = self._obs_to_tensor(obs)
 
@@ -262,10 +262,7 @@ class RolloutCollector:
                 idx = np.flatnonzero(truncated)
                 final_obs = self._obs_to_tensor(np.stack(infos["final_obs"][idx]))
                 self.final_values[t, idx] = policy.value(self._policy_obs(final_obs))
-            if (stats := episode_stats(infos)) is not None:
-                ended, ep_returns, ep_lengths = stats
-                self.episode_returns.append(ep_returns[ended])
-                self.episode_lengths.append(ep_lengths[ended])
+            self.episodes.record(infos)
 
         if self.on_device:
             self._finish_on_device(policy)
@@ -294,17 +291,47 @@ class RolloutCollector:
         statistics to the host (the rollout's only two device syncs)."""
         truncated = self.truncated.nonzero(as_tuple=True)
         self.final_values[truncated] = policy.value(self._policy_obs(self.final_obs[truncated]))
-        self.episode_returns.append(self.ended_returns[self.ended].cpu().numpy())
-        self.episode_lengths.append(self.ended_lengths[self.ended].cpu().numpy())
+        self.episodes.add(self.ended_returns[self.ended].cpu().numpy(), self.ended_lengths[self.ended].cpu().numpy())
 
-    def collect(self, policy: Policy, gamma: float, gae_lambda: float) -> RolloutBatch:
-        """Run one rollout with ``policy`` and return it with GAE advantages and returns."""
-        return gae_batch(self.rollout(policy), gamma, gae_lambda)
+
+class Rollouts:
+    """The rollout side of PPO, A2C and REINFORCE: what one rollout is and, once started on a rank's
+    envs, the ``RolloutCollector`` that steps them. Built with the networks (no env needed); started
+    by the module's first collection, after a checkpoint has been restored and the module moved to its
+    device, since the storage lives there and the envs' first seed depends on the restored env step.
+
+    Args:
+        num_steps: Vector steps per rollout.
+        gamma: Discount of the return whose standard deviation scales rewards (``return_rms``).
+        obs_rms: Observation statistics to normalize with (module buffers), or None.
+        return_rms: Discounted-return statistics to scale rewards with (module buffers), or None.
+    """
+
+    def __init__(
+        self,
+        num_steps: int,
+        gamma: float,
+        obs_rms: RunningMeanStd | None = None,
+        return_rms: RunningMeanStd | None = None,
+    ) -> None:
+        self.num_steps, self.gamma = num_steps, gamma
+        self.obs_rms, self.return_rms = obs_rms, return_rms
+        self.collector: RolloutCollector | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.collector is not None
+
+    def start(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int) -> None:
+        self.collector = RolloutCollector(envs, self.num_steps, device, seed, self.obs_rms, self.return_rms, self.gamma)
+
+    def stop(self) -> None:
+        self.collector = None
+
+    def collect(self, policy: Policy) -> tuple[Rollout, int]:
+        """One rollout of ``policy``, and the vector steps it took."""
+        assert self.collector is not None, "start() first"
+        return self.collector.rollout(policy), self.num_steps
 
     def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Returns and lengths of the episodes finished since the last call."""
-        returns = np.concatenate(self.episode_returns) if self.episode_returns else np.zeros(0)
-        lengths = np.concatenate(self.episode_lengths) if self.episode_lengths else np.zeros(0)
-        self.episode_returns.clear()
-        self.episode_lengths.clear()
-        return returns, lengths
+        return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
@@ -128,3 +129,30 @@ def episode_stats(infos: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     if not final or "episode" not in final:
         return None
     return final["_episode"], final["episode"]["r"], final["episode"]["l"]
+
+
+class EpisodeLog:
+    """Returns and lengths of the training episodes that ended, gathered per vector step and taken
+    out once per log step."""
+
+    def __init__(self) -> None:
+        self.returns: list[np.ndarray] = []
+        self.lengths: list[np.ndarray] = []
+
+    def record(self, infos: dict[str, Any]) -> None:
+        """Keep the episodes that ended in a gymnasium vector step (``infos`` as ``step`` returns it)."""
+        if (stats := episode_stats(infos)) is not None:
+            ended, returns, lengths = stats
+            self.add(returns[ended], lengths[ended])
+
+    def add(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        self.returns.append(returns)
+        self.lengths.append(lengths)
+
+    def pop(self) -> tuple[np.ndarray, np.ndarray]:
+        """Returns and lengths of the episodes recorded since the last call."""
+        returns = np.concatenate(self.returns) if self.returns else np.zeros(0)
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0)
+        self.returns.clear()
+        self.lengths.clear()
+        return returns, lengths

@@ -16,8 +16,12 @@ the task) and clipped to [-10, 10]: SB3's ``VecNormalize`` and CleanRL's wrapper
 
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import Tensor, nn
+
+from rl_lightning.errors import ConfigError
 
 EPS = 1e-8
 CLIP = 10.0
@@ -56,3 +60,16 @@ class RunningMeanStd(nn.Module):
     def scale(self, x: Tensor) -> Tensor:
         """``clip(x / std, -10, 10)``: for rewards, scaled by the std of the return, mean kept."""
         return (x.float() / (self.var + EPS).sqrt()).clamp(-CLIP, CLIP)
+
+
+def normalizers(
+    observation_space: gym.Space, normalize_obs: bool, normalize_reward: bool
+) -> tuple[RunningMeanStd | None, RunningMeanStd | None]:
+    """The observation and return statistics an on-policy module keeps as buffers (``None`` where off)."""
+    image = isinstance(observation_space, gym.spaces.Box) and observation_space.dtype == np.uint8
+    if normalize_obs and image and len(observation_space.shape) == 3:
+        raise ConfigError(
+            "normalize_obs is for vector observations; image observations are scaled to [0, 1] by the CNN."
+        )
+    obs_rms = RunningMeanStd(observation_space.shape) if normalize_obs else None
+    return obs_rms, RunningMeanStd(()) if normalize_reward else None

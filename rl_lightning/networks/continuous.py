@@ -14,10 +14,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rl_lightning.networks.mlp import ACTIVATIONS, Float32Linear
+from rl_lightning.networks.mlp import Float32Linear, mlp
 
 # Bounds of the actor's log standard deviation (SB3's; CleanRL squashes to [-5, 2] instead).
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def q_loss(q: Tensor, target: Tensor) -> Tensor:
+    """Critic loss summed over the ``n`` critics: ``sum_i mean_b (Q_i(s, a) - y)^2`` for ``[n, B]``
+    Q-values and a ``[B]`` target (SB3's and CleanRL's TD3 loss; SB3's SAC halves it, which Adam's
+    scale invariance makes immaterial)."""
+    return (q - target).pow(2).mean(-1).sum()
 
 
 def to_env_units(actions: Tensor, low: Tensor, high: Tensor) -> Tensor:
@@ -42,22 +49,13 @@ def tanh_gaussian_sample(mean: Tensor, log_std: Tensor, eps: Tensor) -> tuple[Te
     return torch.tanh(u), (log_normal - log_det).sum(-1)
 
 
-def _torso(in_dim: int, hidden_sizes: tuple[int, ...], activation: str) -> tuple[nn.Sequential, int]:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
-    layers: list[nn.Module] = []
-    for size in hidden_sizes:
-        layers += [nn.Linear(in_dim, size), ACTIVATIONS[activation]()]
-        in_dim = size
-    return nn.Sequential(*layers), in_dim
-
-
 class TanhGaussianActor(nn.Module):
     """SAC's policy: an MLP giving the mean and (clamped) log-std of a Gaussian, squashed by tanh."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
         super().__init__()
-        self.trunk, dim = _torso(obs_dim, tuple(hidden_sizes), activation)
+        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
+        dim = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.mean = Float32Linear(dim, act_dim)
         self.log_std = Float32Linear(dim, act_dim)
 
@@ -79,7 +77,8 @@ class DeterministicActor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
         super().__init__()
-        self.trunk, dim = _torso(obs_dim, tuple(hidden_sizes), activation)
+        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
+        dim = hidden_sizes[-1] if hidden_sizes else obs_dim
         self.out = Float32Linear(dim, act_dim)
 
     def forward(self, obs: Tensor) -> Tensor:
@@ -91,9 +90,8 @@ class QEnsemble(nn.Module):
     ``[n, B]``, or ``[first, B]`` for the first critics only (TD3's actor loss uses ``Q_1``).
 
     Separate MLPs, not one batched network (stacked ``[n, in, out]`` weights, one ``baddbmm`` per
-    layer): ``benchmarks/fused_critics.py`` found the batched form no faster at the default sizes,
-    where the update is compute-bound (within +-5 % either way at 256x256 and 400x300, depending on
-    load), and clearly faster only for small networks (16 % at 64x64).
+    layer): the batched form was measured no faster in whole fits at the default sizes, where the
+    update is compute-bound (docs/benchmarks.md, "Twin critics").
     """
 
     def __init__(
@@ -103,8 +101,7 @@ class QEnsemble(nn.Module):
         self.n = n
         self.qs = nn.ModuleList()
         for _ in range(n):
-            trunk, dim = _torso(obs_dim + act_dim, tuple(hidden_sizes), activation)
-            self.qs.append(nn.Sequential(*trunk, Float32Linear(dim, 1)))
+            self.qs.append(mlp(obs_dim + act_dim, hidden_sizes, 1, activation, orthogonal=False))
 
     def forward(self, obs: Tensor, actions: Tensor, first: int | None = None) -> Tensor:
         x = torch.cat([obs.flatten(1).float(), actions.float()], dim=-1)

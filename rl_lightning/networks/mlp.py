@@ -1,9 +1,10 @@
-"""Multi-layer perceptrons with the orthogonal initialization RL implementations rely on."""
+"""The one MLP builder, with the initializations RL implementations rely on."""
 
 from __future__ import annotations
 
 import math
-from typing import TypeVar
+from collections.abc import Sequence
+from typing import Literal, TypeVar, get_args
 
 import torch
 from torch import Tensor, nn
@@ -12,7 +13,18 @@ from rl_lightning.errors import ConfigError
 
 LayerT = TypeVar("LayerT", nn.Linear, nn.Conv2d)
 
+Activation = Literal["tanh", "relu", "elu", "silu"]
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+assert set(ACTIVATIONS) == set(get_args(Activation))
+
+
+def check_mlp_args(hidden_sizes: Sequence[int], activation: str) -> None:
+    """``ConfigError`` for an unknown activation or a hidden width below 1 (a zero-width layer would
+    train silently on nothing)."""
+    if activation not in ACTIVATIONS:
+        raise ConfigError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}.")
+    if not all(int(h) >= 1 for h in hidden_sizes):
+        raise ConfigError(f"hidden_sizes must be positive, got {list(hidden_sizes)}.")
 
 
 def layer_init(layer: LayerT, std: float = math.sqrt(2), bias: float = 0.0) -> LayerT:
@@ -41,23 +53,28 @@ class Float32Linear(nn.Linear):
 
 def mlp(
     in_dim: int,
-    hidden_sizes: list[int] | tuple[int, ...],
+    hidden_sizes: Sequence[int],
     out_dim: int | None = None,
     activation: str = "tanh",
+    orthogonal: bool = True,
     out_std: float = 1.0,
 ) -> nn.Sequential:
-    """``in_dim -> hidden... -> out_dim``; hidden layers get gain sqrt(2), the output ``out_std``.
+    """``in_dim -> hidden... -> out_dim`` as ``Sequential(Linear, act, ..., Linear)``.
 
-    With ``out_dim=None`` the network ends with the last hidden activation (a feature extractor).
-    The output layer computes in float32 under mixed precision (``Float32Linear``).
+    With ``orthogonal`` (the policy-gradient convention) hidden layers get orthogonal weights of gain
+    sqrt(2) and the output layer gain ``out_std``; otherwise PyTorch's default initialization (the
+    DQN, SAC and TD3 convention of SB3 and CleanRL). With ``out_dim=None`` the network ends with the
+    last hidden activation (a feature extractor). The output layer computes in float32 under mixed
+    precision (``Float32Linear``).
     """
-    if activation not in ACTIVATIONS:
-        raise ConfigError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
+    check_mlp_args(hidden_sizes, activation)
     layers: list[nn.Module] = []
     dim = in_dim
     for size in hidden_sizes:
-        layers += [layer_init(nn.Linear(dim, size)), ACTIVATIONS[activation]()]
+        linear = nn.Linear(dim, size)
+        layers += [layer_init(linear) if orthogonal else linear, ACTIVATIONS[activation]()]
         dim = size
     if out_dim is not None:
-        layers.append(layer_init(Float32Linear(dim, out_dim), std=out_std))
+        out = Float32Linear(dim, out_dim)
+        layers.append(layer_init(out, std=out_std) if orthogonal else out)
     return nn.Sequential(*layers)

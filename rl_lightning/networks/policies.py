@@ -2,8 +2,8 @@
 
 The heads do their own sampling and log-probabilities instead of building ``torch.distributions``
 objects: on the tiny networks of classic control, constructing a distribution costs as much as the
-network forward (~25-37 us a call, measured in ../shared/STACK_NOTES.md), and collection calls it
-once per vector step.
+network forward (docs/benchmarks.md, "Where the time goes"), and collection calls it once per vector
+step.
 
 Under mixed precision the heads' linear layers, log-probabilities and entropies are computed in
 float32 (CPU autocast would even leave ``log_softmax`` in bfloat16): PPO's ratio

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.cnn import NatureCNN, is_image_space
-from rl_lightning.networks.mlp import ACTIVATIONS
+from rl_lightning.networks.mlp import mlp
 
 
 class MLPTorso(nn.Module):
@@ -21,14 +21,9 @@ class MLPTorso(nn.Module):
 
     def __init__(self, observation_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], activation: str) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ConfigError(f"Unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}.")
-        dim, layers = int(np.prod(observation_space.shape)), []
-        for size in hidden_sizes:
-            layers += [nn.Linear(dim, size), ACTIVATIONS[activation]()]
-            dim = size
-        self.net = nn.Sequential(nn.Flatten(), *layers)
-        self.features_dim = dim
+        dim = int(np.prod(observation_space.shape))
+        self.net = nn.Sequential(nn.Flatten(), *mlp(dim, hidden_sizes, activation=activation, orthogonal=False))
+        self.features_dim = hidden_sizes[-1] if hidden_sizes else dim
 
     def forward(self, obs: Tensor) -> Tensor:
         return self.net(obs.float())

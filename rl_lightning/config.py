@@ -1,0 +1,56 @@
+"""The configs every algorithm shares, one validated, documented dataclass each: ``RunConfig`` here,
+``EnvConfig`` (``rl_lightning.envs``) and ``ReplayConfig`` (``rl_lightning.data.replay``); and how an
+algorithm's own defaults fill the fields a user leaves out."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, TypeVar
+
+ConfigT = TypeVar("ConfigT")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """How long to train and how often to evaluate. A field left ``None`` takes the algorithm's
+    default (the ``run`` default in its signature, listed on its docs page).
+
+    Args:
+        total_env_steps: Training budget in env steps, all ranks together.
+        env_steps_per_epoch: Env steps (all ranks) per Lightning epoch; one evaluation runs at the end
+            of each epoch, so this is the evaluation interval.
+        eval_episodes: Deterministic evaluation episodes per evaluation (split across ranks).
+    """
+
+    total_env_steps: int | None = None
+    env_steps_per_epoch: int | None = None
+    eval_episodes: int | None = None
+
+
+DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)
+
+
+DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)
+
+
+def as_config(cls: type[ConfigT], value: ConfigT | dict | None) -> ConfigT:
+    """A copy of a config dataclass (``setup`` fills in the env seed), from an instance, the plain dict
+    a checkpoint stores, or ``None`` for the defaults."""
+    if value is None:
+        return cls()
+    if isinstance(value, dict):
+        return cls(**value)
+    return dataclasses.replace(value)
+
+
+def resolve_config(algorithm: type, name: str, value: Any) -> Any:
+    """The config given for argument ``name`` of ``algorithm`` (an instance, the plain dict a checkpoint
+    stores, or ``None``), its ``None`` fields taken from the argument's default in the algorithm's
+    signature: ``DQN(replay=ReplayConfig(buffer_size=50_000))`` keeps DQN's own batch size and
+    training frequency, not another algorithm's."""
+    inits = (inspect.signature(c.__init__).parameters for c in algorithm.__mro__ if "__init__" in vars(c))
+    default = next(p[name].default for p in inits if name in p)  # a subclass may take **kwargs
+    given = as_config(type(default), value)
+    missing = {f.name: getattr(default, f.name) for f in dataclasses.fields(given) if getattr(given, f.name) is None}
+    return dataclasses.replace(given, **missing)

@@ -1,0 +1,61 @@
+"""Evaluation: deterministic episodes of a policy on fixed seeds, in an env without training-only
+wrappers. ``RLModule``'s validation and test steps, ``RLModule.play_episodes`` and the
+``RecordEpisodes`` video callback all play through here."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+from rl_lightning.envs.make import EnvConfig, episode_stats, make_vector_env
+
+# Evaluation episodes use their own seeds, far from any training env's.
+EVAL_SEED_OFFSET = 1_000_000
+
+
+def eval_seed_base(env_config: EnvConfig) -> int:
+    """The seed of evaluation episode 0 (episode ``i`` plays ``base + i``): fixed per run, so
+    evaluations are comparable."""
+    return (env_config.seed or 0) + EVAL_SEED_OFFSET
+
+
+def eval_seeds(env_config: EnvConfig, episodes: int, rank: int = 0, world_size: int = 1) -> list[int]:
+    """The seeds of the evaluation episodes one rank plays: dealt round-robin over ranks."""
+    return [eval_seed_base(env_config) + i for i in range(rank, episodes, world_size)]
+
+
+def make_eval_env(env_config: EnvConfig, num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
+    """gymnasium's env (also when training on the torch backend) without training-only wrappers
+    (Atari: true game scores)."""
+    config = dataclasses.replace(env_config, backend="gymnasium")
+    return make_vector_env(config, num_envs=num_envs, render_mode=render_mode, training=False)
+
+
+@torch.no_grad()
+def play_episodes(
+    act: Callable[[Tensor], Tensor], env_config: EnvConfig, seeds: list[int], device: torch.device | str = "cpu"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Play one episode per seed, all at once in a vector env, with ``act(obs) -> env actions``
+    (observations as the env gives them, as a tensor on ``device``). Returns each episode's return and
+    length."""
+    envs = make_eval_env(env_config, len(seeds))
+    try:
+        obs, _ = envs.reset(seed=seeds)
+        returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
+        pending = np.ones(len(seeds), dtype=bool)
+        while pending.any():
+            obs, _, _, _, infos = envs.step(act(torch.as_tensor(obs, device=device)).cpu().numpy())
+            final = episode_stats(infos)
+            if final is not None:
+                ended, r, ln = final
+                first = ended & pending
+                returns[first], lengths[first] = r[first], ln[first]
+                pending &= ~first
+        return returns, lengths
+    finally:
+        envs.close()

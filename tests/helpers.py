@@ -1,0 +1,183 @@
+"""What several test modules share: a quiet trainer, toy envs, and ``build`` (flat keyword arguments
+split into an algorithm's config dataclasses, so tests can state only what matters to them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+
+import rl_lightning
+from rl_lightning import SAC, TD3, EnvConfig, ReplayConfig, RLModule, RunConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RUN_KEYS = {f.name for f in dataclasses.fields(RunConfig)}
+REPLAY_KEYS = {f.name for f in dataclasses.fields(ReplayConfig)}
+
+
+def build(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls(**kwargs)`` with the ``RunConfig`` and ``ReplayConfig`` fields among ``kwargs`` (flat, or as
+    the dicts a YAML config holds) moved into ``run=`` and ``replay=``, on top of the algorithm's own
+    defaults for them."""
+    algorithm = next(c for c in cls.__mro__ if "run" in inspect.signature(c).parameters)
+    params = inspect.signature(algorithm).parameters
+    for name, keys in (("run", RUN_KEYS), ("replay", REPLAY_KEYS)):
+        if name not in params:
+            continue
+        fields = {k: kwargs.pop(k) for k in list(kwargs) if k in keys}
+        given = kwargs.pop(name, None)
+        config = params[name].default
+        if isinstance(given, dict):
+            fields = {**given, **fields}
+        elif given is not None:
+            config = given
+        kwargs[name] = dataclasses.replace(config, **fields)
+    return cls(*args, **kwargs)
+
+
+ALGORITHMS = [
+    obj
+    for obj in (getattr(rl_lightning, name) for name in rl_lightning.__all__)
+    if isinstance(obj, type) and issubclass(obj, RLModule) and obj is not RLModule
+]
+
+# PPO on CartPole with configs/ppo/cartpole.yaml's hyperparameters (SB3 zoo).
+CARTPOLE_PPO = dict(
+    num_steps=32, learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, update_epochs=20, num_minibatches=1, ent_coef=0.0
+)  # configs/ppo/cartpole.yaml (SB3 zoo)
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rl_lightning.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # This checkout, whatever is installed; one intra-op thread as in the test process (conftest):
+        # on a busy 2-core machine two threads per process made SAC's updates ~40x slower.
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+    )
+
+
+def tiny_sac(**kw: Any) -> SAC:
+    args = dict(
+        env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
+        total_env_steps=300,
+        buffer_size=1000,
+        batch_size=32,
+        learning_starts=100,
+        train_freq=4,
+        gradient_steps=2,
+        hidden_sizes=(16, 16),
+        env_steps_per_epoch=150,
+        eval_episodes=2,
+    )
+    args.update(kw)
+    return build(SAC, **args)
+
+
+def tiny_td3(cls: type = TD3, **kw: Any) -> Any:
+    args = dict(
+        env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
+        total_env_steps=300,
+        buffer_size=1000,
+        batch_size=32,
+        learning_starts=100,
+        train_freq=4,
+        gradient_steps=3,
+        hidden_sizes=(16, 16),
+        env_steps_per_epoch=150,
+        eval_episodes=2,
+    )
+    args.update(kw)
+    return build(cls, **args)
+
+
+def quick_trainer(**kwargs: Any) -> L.Trainer:
+    defaults = dict(
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+    )
+    defaults.update(kwargs)
+    return L.Trainer(**defaults)
+
+
+class MultiBinaryActionEnv(gym.Env):
+    """A tiny env whose action space no algorithm here supports."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.MultiBinary(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, True, False, {}
+
+
+class BoundedActionEnv(gym.Env):
+    """Observations far from zero mean / unit scale; fails on any action outside [-0.5, 0.5]^2."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    action_space = gym.spaces.Box(-0.5, 0.5, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return (np.array([100.0, -50.0, 3.0]) + self.np_random.normal(size=3) * [10.0, 1.0, 0.1]).astype(np.float32)
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, dtype=np.float32)), f"out of bounds: {action}"
+        self.t += 1
+        return self._obs(), float(-np.sum(np.square(action))) * 100, False, self.t >= 20, {}
+
+
+def register(env_id: str, entry_point: Any) -> None:
+    if env_id not in gym.envs.registry:
+        gym.register(env_id, entry_point=entry_point)
+
+
+register("test/MultiBinary-v0", MultiBinaryActionEnv)
+register("test/BoundedAction-v0", BoundedActionEnv)
+
+
+class RecordingBox(gym.Env):
+    """Asymmetric 2-D action bounds; records every action it receives. Reward: -|a - centre|."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32))
+    received: list[np.ndarray] = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
+
+    def step(self, action):
+        RecordingBox.received.append(np.array(action, copy=True))
+        self.t += 1
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return obs, -float(np.abs(action - np.array([0.5, 0.25])).sum()), False, self.t >= 20, {}
+
+
+register("test/RecordingBox-v0", RecordingBox)
