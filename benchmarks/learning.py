@@ -7,7 +7,7 @@ Each run is a fresh subprocess with one torch thread, trained exactly as `rl-lig
 configs/<name>.yaml --seed_everything SEED` would (the config's model arguments; Lightning Trainer),
 except that every evaluation plays 20 deterministic episodes. Reported per run: the final and best
 evaluation return, the env steps and training time (evaluation excluded) to the first evaluation at
-or above the threshold (the published target of the issue tracker: gymnasium's CartPole threshold,
+or above the threshold (gymnasium's CartPole threshold,
 SB3-zoo levels for Pendulum), and the whole fit's wall time. Prints a markdown table.
 """
 

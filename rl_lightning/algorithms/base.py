@@ -35,7 +35,6 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric, Metric
 
-from rl_lightning import evaluation, export
 from rl_lightning.checkpointing import install_replay_side_files, rng_state, set_rng_state
 from rl_lightning.config import DEFAULT_RUN, ConfigT, RunConfig, as_config, resolve_config
 from rl_lightning.data.dataset import ExperienceDataset
@@ -43,6 +42,8 @@ from rl_lightning.data.replay import Replay, ReplayConfig
 from rl_lightning.data.rollout import Policy, Rollout, Rollouts
 from rl_lightning.envs.make import EnvConfig, check_env_id, make_vector_env
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, check
+from rl_lightning.evaluation import eval_seeds, play_episodes
+from rl_lightning.export import export_policy
 from rl_lightning.networks.utils import make_adam
 
 
@@ -327,7 +328,7 @@ class RLModule(L.LightningModule):
     # ------------------------------------------------------------------------------- evaluation
     def val_dataloader(self) -> DataLoader:
         # One batch per rank: the seeds of the evaluation episodes this rank plays.
-        seeds = evaluation.eval_seeds(self.env_config, self.eval_episodes, self.global_rank, self.trainer.world_size)
+        seeds = eval_seeds(self.env_config, self.eval_episodes, self.global_rank, self.trainer.world_size)
         return DataLoader([seeds], batch_size=None)
 
     def test_dataloader(self) -> DataLoader:
@@ -353,7 +354,7 @@ class RLModule(L.LightningModule):
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths."""
-        return evaluation.play_episodes(self.act_in_env, self.env_config, seeds, self.device)
+        return play_episodes(self.act_in_env, self.env_config, seeds, self.device)
 
     def act_in_env(self, obs: Tensor) -> Tensor:
         """The actions evaluation, videos and exported policies play: ``forward``'s deterministic
@@ -366,7 +367,7 @@ class RLModule(L.LightningModule):
     def export_policy(self, path: str | Path | None = None) -> torch.export.ExportedProgram:
         """The evaluation policy as a ``torch.export`` program that runs with torch alone (see
         ``rl_lightning.export.export_policy``)."""
-        return export.export_policy(self, path)
+        return export_policy(self, path)
 
     # ------------------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
