@@ -18,6 +18,7 @@ with a message: Lightning would run bfloat16 instead of the float16 asked for.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -31,7 +32,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
-from rl_lightning.errors import ConfigError
+from rl_lightning.checkpointing import checkpoint_env_steps, is_loadable, newest_loadable
+from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, RunFailed
 
 
 class RLArgumentParser(LightningArgumentParser):
@@ -71,6 +73,12 @@ def _short_parser_error(message: str) -> str:
 
 
 class RLCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """fit, validate and test (Lightning's ``predict`` needs a predict loop RL agents do not have:
+        act with ``model(obs)`` or an exported policy instead)."""
+        return {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # Two checkpoints: the best evaluation so far, and the latest (to resume from). Lightning 2.6
         # updates `save_last` only when the monitored metric improved, so "last" is its own callback.
@@ -90,7 +98,6 @@ class RLCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         self._check_precision()
-        self._continue_run()
 
     def _check_precision(self) -> None:
         trainer = self._get(self.config, "trainer")
@@ -116,26 +123,92 @@ class RLCLI(LightningCLI):
             trainer.callbacks.append(CompileNetworks())
         return trainer
 
-    def _continue_run(self) -> None:
-        """``fit --ckpt_path last`` (or a path inside a run) continues that run: the checkpoint is
-        looked up in the latest run directory and the logger writes to the same version, so the
-        TensorBoard curves simply continue."""
-        if self.subcommand != "fit":
+    def _parse_ckpt_path(self) -> None:
+        """Resolve and check ``--ckpt_path`` (``_continue_run``), then, only where no model is configured
+        (``rl-lightning validate --ckpt_path x.ckpt`` alone), take the model's class and hyperparameters
+        from the checkpoint as Lightning does. Where a config or ``--model.*`` arguments give them,
+        they win: resuming with ``--model.run.total_env_steps`` raised extends the budget whether the
+        checkpoint is named ``last`` or by its path."""
+        subcommand = self.config.get("subcommand")
+        if subcommand in ("fit", "validate", "test"):
+            self._continue_run(subcommand)
+            if self.config[subcommand].get("model") is None:
+                super()._parse_ckpt_path()
+
+    def _continue_run(self, subcommand: str) -> None:
+        """Resolve ``--ckpt_path``. ``last`` is the newest checkpoint of the run (named by the logger) that
+        actually loads: an unreadable newer one (a truncated copy, a disk that filled up under another
+        writer) is skipped and reported. An explicit path must load too. ``fit`` then continues that
+        run's logger version, so the TensorBoard curves simply continue. ``validate`` and ``test`` need a
+        checkpoint: without one they would evaluate untrained weights."""
+        config = self.config[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if subcommand in ("validate", "test") and not ckpt_path:
+            raise ConfigError(
+                f"{subcommand} evaluates a trained agent: give --ckpt_path (a checkpoint file, or `last` for "
+                "the newest checkpoint of the run the config's logger names)."
+            )
+        if not ckpt_path:
             return
-        config = self.config[self.subcommand]
         logger = config.trainer.get("logger")
-        if not config.get("ckpt_path") or not hasattr(logger, "init_args"):
-            return
-        run_root = Path(logger.init_args.get("save_dir") or ".") / (logger.init_args.get("name") or "default")
-        ckpt_path = config.ckpt_path
+        init_args = logger.init_args if hasattr(logger, "init_args") else {}
+        run_root = Path(init_args.get("save_dir") or ".") / (init_args.get("name") or "default")
         if ckpt_path == "last":
-            runs = sorted(run_root.glob("version_*/checkpoints/last.ckpt"), key=lambda p: _version(p) or -1)
-            if not runs:
-                raise ConfigError(f"--ckpt_path last: no {run_root}/version_*/checkpoints/last.ckpt to resume from.")
-            config.ckpt_path = ckpt_path = str(runs[-1])
+            candidates = list(run_root.glob("version_*/checkpoints/*.ckpt"))
+            found, unreadable = newest_loadable(candidates)
+            skipped = "".join(f" Skipped {p}: it does not load." for p in unreadable)
+            if found is None:
+                tried = f" (tried {', '.join(map(str, unreadable))})" if unreadable else ""
+                raise ConfigError(
+                    f"--ckpt_path last: no checkpoint that loads under {run_root}/version_*/checkpoints{tried}."
+                )
+            if skipped:
+                print(f"rl-lightning: warning:{skipped} Using {found}.", file=sys.stderr)
+            config.ckpt_path = ckpt_path = str(found)
+        elif "://" not in str(ckpt_path):
+            path = Path(ckpt_path)
+            if not path.is_file():
+                raise ConfigError(f"--ckpt_path {ckpt_path}: no such file.")
+            if not is_loadable(path):
+                found, _ = newest_loadable([p for p in path.parent.glob("*.ckpt") if p != path])
+                hint = f" The newest checkpoint beside it that loads: {found}." if found else ""
+                raise ConfigError(f"--ckpt_path {ckpt_path}: the file does not load (truncated or corrupt).{hint}")
         version = _version(Path(ckpt_path))
-        if version is not None and logger.init_args.get("version") is None:
+        if (
+            subcommand == "fit"
+            and version is not None
+            and hasattr(logger, "init_args")
+            and init_args.get("version") is None
+        ):
             logger.init_args.version = version
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run it; a run that fails is reported in one line with what was lost and the way on."""
+        try:
+            super()._run_subcommand(subcommand)
+        except (ConfigError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            raise RunFailed(_describe_failure(e, self.trainer, subcommand)) from e
+
+
+def _describe_failure(error: BaseException, trainer: Trainer, subcommand: str) -> str:
+    """One line: what failed (the error names the env and env step, or the file), and the newest
+    checkpoint of the run that loads, found by loading the candidates."""
+    module = trainer.lightning_module
+    where = f" at env step {module.env_steps}" if module is not None and hasattr(module, "env_steps") else ""
+    what = str(error) if isinstance(error, CollectionError | DivergenceError) else f"{type(error).__name__}: {error}"
+    if isinstance(error, OSError) and error.filename and str(error.filename) not in what:
+        what += f" ({error.filename})"
+    dirs = {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)}
+    found, _ = newest_loadable([p for d in dirs if d.is_dir() for p in d.glob("*.ckpt")])
+    way_on = (
+        f" Newest checkpoint that loads: {found} (env step {checkpoint_env_steps(found)}); continue with "
+        f"--ckpt_path {found}."
+        if found is not None and subcommand == "fit"
+        else (" No checkpoint was written." if subcommand == "fit" else "")
+    )
+    return f"{subcommand} failed{where}: {what}.{way_on} (Full traceback: RL_LIGHTNING_DEBUG=1.)"
 
 
 def _version(path: Path) -> int | None:
@@ -168,14 +241,15 @@ def main(args: list[str] | None = None) -> None:
         )
     except Exception as e:
         # Bad input is the user's to fix, not ours to debug: the message alone, no traceback. jsonargparse
-        # wraps errors raised while instantiating the model, so look for ours along the cause chain.
+        # wraps errors raised while instantiating the model, so look for ours along the cause chain. A run
+        # that failed (RunFailed) is reported in one line too, unless RL_LIGHTNING_DEBUG is set.
         cause: BaseException | None = e
-        while cause is not None and not isinstance(cause, ConfigError):
+        while cause is not None and not isinstance(cause, ConfigError | RunFailed):
             cause = cause.__cause__ or cause.__context__
-        if cause is None:
+        if cause is None or (isinstance(cause, RunFailed) and os.environ.get("RL_LIGHTNING_DEBUG")):
             raise
         print(f"rl-lightning: error: {cause}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(2 if isinstance(cause, ConfigError) else 1) from None
     finally:
         # Under DDP, a process group left open can abort the process at interpreter exit (SIGABRT).
         if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -20,3 +20,7 @@ def check(condition: bool, message: str) -> None:
     """Raise ``ConfigError(message)`` unless ``condition``: hyperparameter validation in one line."""
     if not condition:
         raise ConfigError(message)
+
+
+class RunFailed(RuntimeError):
+    """A run that stopped on an error, described in one line with the way on (the CLI prints it)."""

@@ -33,12 +33,12 @@ import lightning as L  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO  # noqa: E402
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import Logger  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 
 from rl_lightning import PPO, SAC, TD3, EnvConfig, RLModule  # noqa: E402
+from rl_lightning.checkpointing import AtomicCheckpointIO  # noqa: E402
 from rl_lightning.data.rollout import gae_batch  # noqa: E402
 from rl_lightning.envs.make import episode_stats  # noqa: E402
 from tests.helpers import build  # noqa: E402
@@ -211,8 +211,8 @@ def main() -> None:
 
     model.play_episodes = recording_play
     saves = []
-    save = TorchCheckpointIO.save_checkpoint
-    TorchCheckpointIO.save_checkpoint = lambda io, ckpt, path, **kw: (
+    save = AtomicCheckpointIO.save_checkpoint  # what RLModule installs on the strategy
+    AtomicCheckpointIO.save_checkpoint = lambda io, ckpt, path, **kw: (
         saves.append(str(path)),
         save(io, ckpt, path, **kw),
     )

@@ -43,7 +43,7 @@ CASES = [
     (["--model.env.env_idd", "CartPole-v1"], "env_idd"),
     (["--model.gamma", "abc"], "gamma"),  # wrong type
     (["--trainer.max_epochs", "many"], "max_epochs"),
-    (["--ckpt_path", "last"], "--ckpt_path last: no .*last.ckpt to resume from"),
+    (["--ckpt_path", "last"], "--ckpt_path last: no checkpoint that loads under runs/ppo_cartpole"),
     (["--model.env.env_id", "Taxi-v4", "--model.env.backend", "torch"], "no torch implementation of 'Taxi"),
 ]
 

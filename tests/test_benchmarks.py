@@ -55,7 +55,7 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
 
 
 def test_lightning_overhead_script_pairs_fit_and_plain_steps() -> None:
-    """benchmarks/lightning_overhead.py (issue 9's overhead figure) keeps running: the paired
+    """benchmarks/lightning_overhead.py (docs/benchmarks.md's overhead figure) keeps running: the paired
     measurement of both setups and the hook attribution, at a tiny size."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/lightning_overhead.py"), "--rollouts", "4"],

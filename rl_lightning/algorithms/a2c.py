@@ -111,8 +111,6 @@ class A2C(RLModule):
         normalize_reward: bool = False,
     ) -> None:
         super().__init__(env, run)
-        self.save_hyperparameters()
-        self.automatic_optimization = False
         self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
         self.iterations_per_step = rollouts_per_step
         check_mlp_args(hidden_sizes, activation)

@@ -31,11 +31,12 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric, Metric
 
-from rl_lightning.checkpointing import install_replay_side_files, rng_state, set_rng_state
+from rl_lightning.checkpointing import install_atomic_checkpoints, install_replay_side_files, rng_state, set_rng_state
 from rl_lightning.config import DEFAULT_RUN, ConfigT, RunConfig, as_config, resolve_config
 from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.data.replay import Replay, ReplayConfig
@@ -45,6 +46,8 @@ from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, c
 from rl_lightning.evaluation import eval_seeds, play_episodes
 from rl_lightning.export import export_policy
 from rl_lightning.networks.utils import make_adam
+
+MAX_ENV_RESTARTS = 3  # consecutive failed collection attempts restarted before giving up
 
 
 class RLModule(L.LightningModule):
@@ -75,14 +78,18 @@ class RLModule(L.LightningModule):
 
     def __init__(self, env: EnvConfig | None = None, run: RunConfig = DEFAULT_RUN) -> None:
         super().__init__()
+        # The calling algorithm's __init__ arguments (Lightning walks the frames up to it).
+        self.save_hyperparameters()
+        self.automatic_optimization = False  # several updates, and several optimizers, per training step
         self.env_config = as_config(EnvConfig, env)
         self.run_config = self.resolve_config("run", run)
         self.total_env_steps = self.run_config.total_env_steps
         self.env_steps_per_epoch = self.run_config.env_steps_per_epoch
         self.eval_episodes = self.run_config.eval_episodes
         self.env_steps = 0  # global: all ranks together
+        self.env_restarts = 0  # this rank's, with env.restart_on_failure
         self.envs: gym.vector.VectorEnv | None = None
-        self.replay_config: ReplayConfig | None = None  # off-policy algorithms: resolve_config("replay", ...)
+        self.replay_config: ReplayConfig | None = None  # off-policy algorithms: configure_replay
         self.rollouts: Rollouts | None = None  # on-policy algorithms' rollout side
         self.replay: Replay | None = None  # off-policy algorithms' replay side
         self.eval_return = MeanMetric()
@@ -98,6 +105,14 @@ class RLModule(L.LightningModule):
         check(
             cfg.backend in ("gymnasium", "torch"), f"env.backend must be 'gymnasium' or 'torch', got {cfg.backend!r}."
         )
+
+    def configure_replay(self, replay: ReplayConfig | dict | None) -> None:
+        """For an off-policy algorithm's ``__init__``: its replay config, resolved and checked; an
+        iteration is then one collection phase."""
+        self.replay_config = self.resolve_config("replay", replay)
+        self.replay_config.check(self.total_env_steps)
+        self.env_steps_per_iteration = self.replay_config.train_freq * self.env_config.num_envs
+        self.iterations_per_step = self.replay_config.phases_per_step
 
     def resolve_config(self, name: str, value: ConfigT | dict | None) -> ConfigT:
         """The config given for argument ``name``, with the algorithm's defaults (``resolve_config``)."""
@@ -119,8 +134,10 @@ class RLModule(L.LightningModule):
             self._build(self.envs.single_observation_space, self.envs.single_action_space)
         else:
             self.build_for_env()
-        if strategy is not None and self.replay is not None and self.replay.config.save_replay_buffer:
-            install_replay_side_files(self.trainer)  # large buffers go next to the checkpoint
+        if strategy is not None:
+            install_atomic_checkpoints(self.trainer)  # a full disk never costs the last good checkpoint
+            if self.replay is not None and self.replay.config.save_replay_buffer:
+                install_replay_side_files(self.trainer)  # large buffers go next to the checkpoint
         if stage == "fit" and strategy is not None and self.trainer.world_size > 1:
             # seed_everything gave every rank the same RNG state, hence the same exploration noise:
             # reseed per rank once the networks exist (DDP then broadcasts rank 0's initial weights).
@@ -222,12 +239,29 @@ class RLModule(L.LightningModule):
         return self.env_steps - before
 
     def _collect(self, side: Any, arg: Any) -> Any:
-        with self._naming_env_faults("Experience collection"):
-            if not side.started:
-                side.start(self.envs, self.device, self.rank_seed, self.trainer.world_size)
-            result, vector_steps = side.collect(arg)
+        for attempt in range(MAX_ENV_RESTARTS + 1):
+            try:
+                with self._naming_env_faults("Experience collection"):
+                    if not side.started:
+                        seed = self.rank_seed + 1_000_003 * self.env_restarts  # new episodes after a restart
+                        side.start(self.envs, self.device, seed, self.trainer.world_size)
+                    result, vector_steps = side.collect(arg)
+                break
+            except CollectionError as e:
+                if not self.env_config.restart_on_failure or attempt == MAX_ENV_RESTARTS:
+                    raise
+                self._restart_envs(side, e)
         self.env_steps += vector_steps * self.env_config.num_envs * self.trainer.world_size
         return result
+
+    def _restart_envs(self, side: Any, error: CollectionError) -> None:
+        """Replace this rank's envs after a failure (``env.restart_on_failure``)."""
+        rank_zero_warn(f"{error} Restarting the envs (env.restart_on_failure).")
+        with contextlib.suppress(Exception):  # a dead worker's pipe fails to close cleanly
+            self.envs.close(terminate=True) if isinstance(self.envs, gym.vector.AsyncVectorEnv) else self.envs.close()
+        side.stop()
+        self.env_restarts += 1
+        self.envs = make_vector_env(self.env_config, device=self.device)
 
     @contextlib.contextmanager
     def _naming_env_faults(self, what: str) -> Iterator[None]:
@@ -296,6 +330,8 @@ class RLModule(L.LightningModule):
             total = self.trainer.strategy.reduce(torch.cat(local), reduce_op="sum")
             metrics = dict(zip(keys, (total[: len(keys)] / self.trainer.world_size).unbind(), strict=True))
             episodes = total[len(keys) :].tolist()
+        if self.env_config.restart_on_failure:
+            metrics["rollout/env_restarts"] = float(self.env_restarts)  # a mean over ranks under DDP
         if episodes[2] > 0:
             metrics["rollout/episode_return"] = episodes[0] / episodes[2]
             metrics["rollout/episode_length"] = episodes[1] / episodes[2]

@@ -137,8 +137,6 @@ class PPO(RLModule):
         normalize_reward: bool = False,
     ) -> None:
         super().__init__(env, run)
-        self.save_hyperparameters()
-        self.automatic_optimization = False
         self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
         self.minibatch_size = self.env_steps_per_iteration // max(num_minibatches, 1)
         check_mlp_args(hidden_sizes, activation)

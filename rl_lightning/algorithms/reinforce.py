@@ -117,8 +117,6 @@ class REINFORCE(RLModule):
         normalize_reward: bool = False,
     ) -> None:
         super().__init__(env, run)
-        self.save_hyperparameters()
-        self.automatic_optimization = False
         self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
         check_mlp_args(hidden_sizes, activation)
         check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")

@@ -104,12 +104,7 @@ class SAC(RLModule):
         activation: Activation = "relu",
     ) -> None:
         super().__init__(env, run)
-        self.save_hyperparameters()
-        self.automatic_optimization = False
-        self.replay_config = self.resolve_config("replay", replay)
-        self.env_steps_per_iteration = self.replay_config.train_freq * self.env_config.num_envs  # one phase
-        self.iterations_per_step = self.replay_config.phases_per_step
-        self.replay_config.check(self.total_env_steps)
+        self.configure_replay(replay)
         check_mlp_args(hidden_sizes, activation)
         check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
         check(0 < tau <= 1, f"tau must be in (0, 1], got {tau}.")

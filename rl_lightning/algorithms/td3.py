@@ -105,16 +105,11 @@ class TD3(RLModule):
         activation: Activation = "relu",
     ) -> None:
         super().__init__(env, run)
-        self.save_hyperparameters()
-        self.automatic_optimization = False
-        self.replay_config = self.resolve_config("replay", replay)
-        self.env_steps_per_iteration = self.replay_config.train_freq * self.env_config.num_envs  # one phase
-        self.iterations_per_step = self.replay_config.phases_per_step
+        self.configure_replay(replay)
         # TD3's three changes, as attributes: DDPG fixes them, so its hparams (under the CLI) lack them.
         self.policy_frequency, self.target_policy_noise = policy_frequency, target_policy_noise
         self.target_noise_clip = target_noise_clip
         self.num_updates = 0  # critic updates so far: drives the policy delay
-        self.replay_config.check(self.total_env_steps)
         check_mlp_args(hidden_sizes, activation)
         check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
         check(0 < tau <= 1, f"tau must be in (0, 1], got {tau}.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
 
 from rl_lightning.errors import DivergenceError
 
@@ -13,9 +14,11 @@ class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt``: the latest state, rewritten after every evaluation and on the way out of an
     interrupted run (SIGTERM, Ctrl-C, an environment fault), so a crash loses at most one epoch.
 
-    Lightning writes checkpoints atomically (to a temporary file, then renamed), so a kill in the
-    middle of a save leaves the previous ``last.ckpt`` intact. A run stopped because its loss or
-    parameters went non-finite is not saved: that would overwrite the last good checkpoint.
+    rl_lightning's algorithms write checkpoints atomically wherever the run lives
+    (``rl_lightning.checkpointing``), so a kill or a full disk in the middle of a save leaves the
+    previous ``last.ckpt`` intact. A run stopped because its loss or parameters went non-finite is not
+    saved: that would overwrite the last good checkpoint. A save that fails on the way out (the disk
+    is full) is reported as a warning, so the error that stopped the run is the one reported.
     """
 
     def __init__(
@@ -37,4 +40,7 @@ class LastCheckpoint(ModelCheckpoint):
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         if isinstance(exception, DivergenceError):
             return
-        super().on_exception(trainer, pl_module, exception)
+        try:
+            super().on_exception(trainer, pl_module, exception)
+        except OSError as e:
+            rank_zero_warn(f"Could not write {self.filename}.ckpt on the way out: {e}; the previous one is intact.")

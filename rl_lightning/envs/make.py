@@ -51,6 +51,11 @@ class EnvConfig:
             CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0) on the
             module's device, so whole rollouts stay there (``vectorization`` is then ignored).
             Evaluation always plays gymnasium's env.
+        restart_on_failure: When stepping the envs fails (a sub-env process killed by the OOM killer,
+            a simulator that crashed), close them, build them anew and collect again, up to 3 times in
+            a row; the restarts are logged as ``rollout/env_restarts``. The interrupted rollout or
+            phase is dropped (a phase's transitions already in the replay buffer stay, their episodes
+            cut as truncations). Off: the run stops with the error and a checkpoint to resume from.
 
     Atari ids (``ALE/Pong-v5``, ...) are preprocessed automatically (``rl_lightning.envs.atari``).
     """
@@ -61,6 +66,7 @@ class EnvConfig:
     vectorization: Literal["sync", "async"] = "sync"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     backend: Literal["gymnasium", "torch"] = "gymnasium"
+    restart_on_failure: bool = False
 
 
 def check_env_id(env_id: str) -> None:
