@@ -55,7 +55,7 @@ VOLUME ["/workspace/logs", "/workspace/checkpoints"]
 #   docker run --gpus all -p 8888:8888 -v "$PWD/notebooks:/workspace/notebooks" rl-lightning:jupyter
 # then open the http://127.0.0.1:8888/lab?token=... address it prints.
 FROM base AS jupyter
-RUN pip install --no-cache-dir "jupyterlab>=4,<5"
+RUN pip install --no-cache-dir "/opt/rl-lightning[notebooks]"
 EXPOSE 8888
 ENTRYPOINT ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--notebook-dir=/workspace"]
 

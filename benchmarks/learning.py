@@ -1,6 +1,8 @@
 """Learning results: every shipped classic-control config, trained to its own budget for several seeds.
 
-    python benchmarks/learning.py                              # all configs, seeds 0 1 2, 2 runs at a time
+    python benchmarks/learning.py                              # classic control, seeds 0 1 2, 2 runs at a time
+    python benchmarks/learning.py --configs users              # FrozenLake, GridReach, LunarLander
+    python benchmarks/learning.py --configs mujoco             # PPO on MuJoCo at 1M env steps
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
 
 Each run is a fresh subprocess with one torch thread, trained exactly as `rl-lightning fit --config
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # compare.fit_config: the same training path as compare.py
 
 # config -> the return a solved run reaches at least (deterministic evaluation, 20 episodes)
-THRESHOLDS: dict[str, float] = {
+CLASSIC: dict[str, float] = {
     "ppo/cartpole": 475,
     "a2c/cartpole": 475,
     "reinforce/cartpole": 400,
@@ -37,6 +39,30 @@ THRESHOLDS: dict[str, float] = {
     "ddpg/pendulum": -200,
     "ppo/pendulum": -250,
 }
+# What users try next: spaces and envs beyond classic control (`box2d` extra for LunarLander).
+USERS: dict[str, float] = {
+    "ppo/frozenlake": 1.0,
+    "dqn/frozenlake": 1.0,
+    "ppo/gridreach": 0.8,
+    "ppo/gridreach_multidiscrete": 0.8,
+    "dqn/lunarlander": 200,
+    "ppo/lunarlander": 200,
+}
+# MuJoCo at the budget the field publishes (1M env steps); thresholds: the SB3 zoo's PPO results (v3 envs,
+# one run each, benchmark.md). `mujoco` extra.
+MUJOCO: dict[str, float] = {
+    "ppo/hopper": 2410,
+    "ppo/halfcheetah": 5819,
+    "ppo/walker2d": 3479,
+    "ppo/ant": 1327,
+}
+THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO}
+GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO}
+
+
+def _round(value: float) -> float:
+    """One decimal for returns in the hundreds, three for returns of order 1 (FrozenLake, GridReach)."""
+    return round(value, 1 if abs(value) >= 10 else 3)
 
 
 def run(config: str, seed: int) -> dict[str, Any]:
@@ -50,8 +76,8 @@ def run(config: str, seed: int) -> dict[str, Any]:
         "config": config,
         "seed": seed,
         "env_steps": env_steps,
-        "final": round(curve[-1][2], 1),
-        "best": round(max(r for _, _, r in curve), 1),
+        "final": _round(curve[-1][2]),
+        "best": _round(max(r for _, _, r in curve)),
         "solve_steps": solved[1],
         "solve_s": None if solved[0] is None else round(solved[0], 1),
         "wall_s": round(time.perf_counter() - t0, 1),
@@ -77,7 +103,11 @@ def launch(config: str, seed: int) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", default=",".join(THRESHOLDS), help=f"comma-separated, from {list(THRESHOLDS)}")
+    p.add_argument(
+        "--configs",
+        default="classic",
+        help=f"comma-separated configs from {list(THRESHOLDS)}, or a group: {list(GROUPS)}",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     p.add_argument("--json", type=Path, help="also write all results here")
@@ -90,7 +120,8 @@ def main() -> None:
         print(json.dumps(run(args.child[0], int(args.child[1]))))
         return
 
-    jobs = [(c, s) for c in args.configs.split(",") for s in args.seeds]
+    configs = [c for name in args.configs.split(",") for c in (GROUPS[name] if name in GROUPS else [name])]
+    jobs = [(c, s) for c in configs for s in args.seeds]
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda job: launch(*job), jobs))
     print(

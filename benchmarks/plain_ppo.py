@@ -92,7 +92,7 @@ def train(spec: Any, seed: int, eval_episodes: int, summarize) -> dict[str, Any]
                 out.loss.backward()
                 torch.nn.utils.clip_grad_norm_(agent.parameters(), hp["max_grad_norm"])
                 opt.step()
-        collector.pop_episode_stats()
+        collector.episodes.pop()
         if env_steps >= next_eval or env_steps >= spec.total_env_steps:
             next_eval += spec.eval_every
             v0 = time.perf_counter()

@@ -33,6 +33,7 @@ from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
 from rl_lightning.checkpointing import checkpoint_env_steps, is_loadable, newest_loadable
+from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, RunFailed
 
 
@@ -131,9 +132,23 @@ class RLCLI(LightningCLI):
         checkpoint is named ``last`` or by its path."""
         subcommand = self.config.get("subcommand")
         if subcommand in ("fit", "validate", "test"):
+            self._name_run(subcommand)
             self._continue_run(subcommand)
             if self.config[subcommand].get("model") is None:
                 super()._parse_ckpt_path()
+
+    def _name_run(self, subcommand: str) -> None:
+        """A TensorBoard logger without a name writes to ``runs/<algorithm>_<env>``: runs of different
+        algorithms or envs never share a directory, whatever the config file was."""
+        config = self.config[subcommand]
+        logger, model = config.trainer.get("logger"), config.get("model")
+        if not hasattr(logger, "init_args") or logger.init_args.get("name") is not None or model is None:
+            return
+        env = model.init_args.get("env") if hasattr(model, "init_args") else None
+        env_id = (env.get("env_id") if env is not None else None) or EnvConfig().env_id
+        algorithm = str(model.class_path).rsplit(".", 1)[-1].lower()
+        backend = "_torch" if env is not None and env.get("backend") == "torch" else ""
+        logger.init_args.name = f"{algorithm}_{env_slug(env_id)}{backend}"
 
     def _continue_run(self, subcommand: str) -> None:
         """Resolve ``--ckpt_path``. ``last`` is the newest checkpoint of the run (named by the logger) that
@@ -182,6 +197,24 @@ class RLCLI(LightningCLI):
         ):
             logger.init_args.version = version
 
+    def after_fit(self) -> None:
+        """Say where the run went: its directory (TensorBoard) and its checkpoints."""
+        trainer = self.trainer
+        log_dir = trainer.log_dir  # a broadcast under DDP: every rank takes part
+        if not trainer.is_global_zero:
+            return
+        lines = []
+        if log_dir is not None:
+            lines.append(f"Run: {log_dir} (tensorboard --logdir {Path(log_dir).parent.parent})")
+        for cb in trainer.checkpoint_callbacks:
+            if isinstance(cb, LastCheckpoint):  # keeps its one file as its "best"
+                if cb.best_model_path or cb.last_model_path:
+                    lines.append(f"Checkpoint to resume from: {cb.best_model_path or cb.last_model_path}")
+            elif cb.best_model_path:
+                score = f" ({cb.monitor} {float(cb.best_model_score):g})" if cb.best_model_score is not None else ""
+                lines.append(f"Best checkpoint: {cb.best_model_path}{score}")
+        print("\n".join(lines), flush=True)
+
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; a run that fails is reported in one line with what was lost and the way on."""
         try:
@@ -211,6 +244,13 @@ def _describe_failure(error: BaseException, trainer: Trainer, subcommand: str) -
     return f"{subcommand} failed{where}: {what}.{way_on} (Full traceback: RL_LIGHTNING_DEBUG=1.)"
 
 
+def env_slug(env_id: str) -> str:
+    """``cartpole`` for ``CartPole-v1``, ``pong`` for ``ALE/Pong-v5``, ``gridreach`` for
+    ``rl_lightning.envs.examples:GridReach-v0``."""
+    name = re.sub(r"-v\d+$", "", env_id.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+    return re.sub(r"\W+", "_", name).strip("_").lower() or "env"
+
+
 def _version(path: Path) -> int | None:
     match = next((re.fullmatch(r"version_(\d+)", part) for part in path.parts if part.startswith("version_")), None)
     return int(match.group(1)) if match else None
@@ -223,7 +263,7 @@ def trainer_defaults() -> dict[str, Any]:
         "log_every_n_steps": 10,
         "logger": {
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-            "init_args": {"save_dir": "runs", "name": "default"},
+            "init_args": {"save_dir": "runs", "name": None},  # None: <algorithm>_<env> (RLCLI._name_run)
         },
     }
 

@@ -47,15 +47,25 @@ def play_episodes(
     try:
         obs, _ = envs.reset(seed=seeds)
         returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
+        running_return, running_length = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
         pending = np.ones(len(seeds), dtype=bool)
         while pending.any():
-            obs, _, _, _, infos = envs.step(act(torch.as_tensor(obs, device=device)).cpu().numpy())
-            final = episode_stats(infos)
-            if final is not None:
-                ended, r, ln = final
-                first = ended & pending
-                returns[first], lengths[first] = r[first], ln[first]
-                pending &= ~first
+            obs, rewards, terminated, truncated, infos = envs.step(
+                act(torch.as_tensor(obs, device=device)).cpu().numpy()
+            )
+            running_return += rewards
+            running_length += 1
+            ended = (terminated | truncated) & pending
+            # The env's own statistics (innermost: true scores whatever the wrappers do); the rewards seen
+            # here only where a user's wrapper ended the episode outside them (a TimeLimit in env.wrappers).
+            returns[ended], lengths[ended] = running_return[ended], running_length[ended]
+            if (final := episode_stats(infos)) is not None:
+                recorded, r, ln = final
+                use = ended & recorded
+                returns[use], lengths[use] = r[use], ln[use]
+            pending &= ~ended
+            running_return[terminated | truncated] = 0.0
+            running_length[terminated | truncated] = 0
         return returns, lengths
     finally:
         envs.close()

@@ -29,7 +29,10 @@ def export_policy(module: Any, path: str | Path | None = None) -> torch.export.E
 
     It runs with torch alone (no rl_lightning, Lightning or gymnasium):
     ``torch.export.load(path).module()(obs)``, observations as the env gives them (raw; uint8 frames
-    for Atari), normalization included. The program holds all of the module's weights.
+    for Atari; flattened as gymnasium's ``flatten`` does for ``Discrete``/``Dict``/``Tuple`` spaces),
+    normalization included. The program holds all of the module's weights. Its input has the env's
+    dtype, as export fixes it: float32 for float observations (``torch.as_tensor(obs,
+    dtype=torch.float32)`` for a float64 array; torch otherwise refuses with "Tensor dtype mismatch").
     """
     observation_space, _ = module.build_for_env()
     example = torch.as_tensor(np.stack([observation_space.sample()] * 2), device=module.device)

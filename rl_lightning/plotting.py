@@ -4,10 +4,15 @@
     python -m rl_lightning.plotting PPO=runs/ppo_cartpole SB3=runs/sb3 -o curves.png --spread std
 
 A run is a directory holding TensorBoard event files (``runs/<name>/version_<n>``); a directory given
-is searched for runs below it. Runs are grouped into curves by label: ``LABEL=DIR`` names the group,
-otherwise the group is the run's experiment name (``<name>`` above). rl_lightning logs every scalar
-against env steps, so runs of different seeds share their x-axis; where their evaluation points differ,
-each run is interpolated linearly onto the union of points, within the range all runs cover.
+is searched for runs below it. Only fits count: a directory that ``validate`` or ``test`` wrote, or a
+fit that stopped before it logged anything, is skipped and named on stderr. Runs are grouped into
+curves by what was trained: ``LABEL=DIR`` names a group; otherwise runs with the same algorithm, env
+and hyperparameters (seeds, budget and evaluation rhythm aside, read from the run's ``config.yaml``
+and ``hparams.yaml``) form one curve, labelled by the experiment name (``<name>`` above) and, where
+one experiment holds several configurations, by what differs between them. rl_lightning logs every
+scalar against env steps, so runs of different seeds share their x-axis; where their evaluation
+points differ, each run is interpolated linearly onto the union of points, within the range all
+runs cover.
 
 Needs matplotlib (the ``plot`` extra: ``pip install 'rl-lightning[plot]'``).
 """
@@ -15,6 +20,8 @@ Needs matplotlib (the ``plot`` extra: ``pip install 'rl-lightning[plot]'``).
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +37,57 @@ def find_runs(path: PathLike) -> list[Path]:
     if not path.exists():
         raise FileNotFoundError(f"No such run directory: {path}")
     return sorted({event.parent for event in path.rglob("events.out.tfevents.*")})
+
+
+def scalar_tags(run_dir: PathLike) -> list[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 1})
+    acc.Reload()
+    return sorted(acc.Tags()["scalars"])
+
+
+def is_fit(run_dir: PathLike) -> bool:
+    """A run that trained: it logged ``time/env_steps`` (every fit does, at every evaluation)."""
+    return "time/env_steps" in scalar_tags(run_dir)
+
+
+def run_config(run_dir: PathLike) -> dict[str, Any]:
+    """What a run trained, as far as its files say: ``algorithm`` (from the CLI's ``config.yaml``) and
+    its hyperparameters (``hparams.yaml``) without the seed, the budget and the evaluation rhythm, which
+    seeds of one experiment may vary."""
+    run_dir = Path(run_dir)
+    config: dict[str, Any] = {}
+    if (run_dir / "config.yaml").is_file():
+        model = (_load_yaml(run_dir / "config.yaml") or {}).get("model") or {}
+        config["algorithm"] = str(model.get("class_path", "?")).rsplit(".", 1)[-1]
+    if (run_dir / "hparams.yaml").is_file():
+        hparams = _load_yaml(run_dir / "hparams.yaml") or {}
+        hparams.pop("_instantiator", None)
+        hparams.pop("run", None)
+        if isinstance(hparams.get("env"), dict):
+            hparams["env"] = {k: v for k, v in hparams["env"].items() if k != "seed"}
+        config.update(hparams)
+    return config
+
+
+def _load_yaml(path: Path) -> Any:
+    """YAML as plain data: a Python tag (Lightning's ``hparams.yaml`` of a run started from Python holds
+    the config dataclasses and tuples so) is read as the mapping, sequence or scalar it tags."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def plain(loader: yaml.SafeLoader, _: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        return loader.construct_scalar(node)
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", plain)
+    return yaml.load(path.read_text(), Loader=Loader)  # noqa: S506  (a SafeLoader)
 
 
 def load_scalars(run_dir: PathLike, tag: str = "val/episode_return") -> tuple[np.ndarray, np.ndarray]:
@@ -118,22 +176,57 @@ def plot_learning_curves(
 def _group(run_dirs: Sequence[PathLike] | Mapping[str, Sequence[PathLike]]) -> dict[str, list[Path]]:
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
+    labelled = isinstance(run_dirs, Mapping)
+    sources = run_dirs.items() if labelled else [(None, d) for d in run_dirs]
     groups: dict[str, list[Path]] = {}
-    if isinstance(run_dirs, Mapping):
-        for label, dirs in run_dirs.items():
-            dirs = [dirs] if isinstance(dirs, (str, Path)) else dirs
-            groups[label] = [run for d in dirs for run in find_runs(d)]
-    else:
-        for d in run_dirs:
+    by_config: dict[tuple[str, str], list[Path]] = {}
+    for label, dirs in sources:
+        for d in [dirs] if isinstance(dirs, (str, Path)) else dirs:
             for run in find_runs(d):
-                label = run.parent.name if run.name.startswith("version_") else run.name
-                groups.setdefault(label, []).append(run)
+                if not is_fit(run):
+                    print(f"skipped {run}: not a fit that trained (no training data logged)", file=sys.stderr)
+                    continue
+                if labelled:
+                    groups.setdefault(label, []).append(run)
+                else:
+                    name = run.parent.name if run.name.startswith("version_") else run.name
+                    key = json.dumps(run_config(run), sort_keys=True, default=str)
+                    by_config.setdefault((name, key), []).append(run)
+    for label, runs in _labelled(by_config).items():
+        groups[label] = runs
+    if not groups:
+        raise FileNotFoundError(f"No fits with TensorBoard event files in {list(run_dirs)}.")
     for label, runs in groups.items():
         if not runs:
-            raise FileNotFoundError(f"No TensorBoard event files for {label!r}.")
-    if not groups:
-        raise FileNotFoundError(f"No TensorBoard event files in {list(run_dirs)}.")
+            raise FileNotFoundError(f"No fits with TensorBoard event files for {label!r}.")
     return groups
+
+
+def _labelled(by_config: dict[tuple[str, str], list[Path]]) -> dict[str, list[Path]]:
+    """Label each (experiment, configuration) group by the experiment's name, and by what differs where
+    one experiment holds several configurations."""
+    out: dict[str, list[Path]] = {}
+    names = [name for name, _ in by_config]
+    for (name, key), runs in by_config.items():
+        if names.count(name) == 1:
+            out[name] = runs
+            continue
+        mine = _flat(json.loads(key))
+        others = [_flat(json.loads(k)) for n, k in by_config if n == name and k != key]
+        differing = sorted(k for k in mine if any(o.get(k) != mine[k] for o in others))
+        differing += sorted(k for o in others for k in o if k not in mine and k not in differing)
+        out[f"{name} [{', '.join(f'{k}={mine.get(k)}' for k in differing)}]"] = runs
+    return out
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            flat.update(_flat(v, f"{prefix}{k}."))
+        else:
+            flat[f"{prefix}{k}"] = v
+    return flat
 
 
 def main(argv: Sequence[str] | None = None) -> None:

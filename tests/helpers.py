@@ -119,17 +119,30 @@ def quick_trainer(**kwargs: Any) -> L.Trainer:
 
 
 class MultiBinaryActionEnv(gym.Env):
-    """A tiny env whose action space no algorithm here supports."""
+    """Two bits to set; reward +1 for each bit that matches the observation's sign, 10-step episodes.
+    Fails on an action that is not two integer bits."""
 
-    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.MultiBinary(2)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        return np.zeros(3, np.float32), {}
+        self.t = 0
+        self.obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.obs, {}
 
     def step(self, action):
-        return np.zeros(3, np.float32), 0.0, True, False, {}
+        assert self.action_space.contains(np.asarray(action)), f"not two integer bits: {action!r}"
+        reward = float(((np.asarray(action) == 1) == (self.obs > 0)).sum())
+        self.t += 1
+        self.obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.obs, reward, False, self.t >= 10, {}
+
+
+class DictActionEnv(MultiBinaryActionEnv):
+    """An action space no algorithm here supports."""
+
+    action_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
 
 
 class BoundedActionEnv(gym.Env):
@@ -158,6 +171,7 @@ def register(env_id: str, entry_point: Any) -> None:
 
 
 register("test/MultiBinary-v0", MultiBinaryActionEnv)
+register("test/DictAction-v0", DictActionEnv)
 register("test/BoundedAction-v0", BoundedActionEnv)
 
 

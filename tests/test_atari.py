@@ -133,7 +133,8 @@ def test_dqn_atari_config_smoke(env_id, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     # The configured 1M-transition buffer: one uint8 frame each, reported at start.
     assert "Replay buffer: 7.07 GB on cpu per rank (7072 bytes per transition)" in out.stderr
-    ckpt = torch.load(tmp_path / "runs/dqn_atari/version_0/checkpoints/last.ckpt", weights_only=True)
+    game = env_id.removeprefix("ALE/").removesuffix("-v5").lower()  # runs/<algorithm>_<env>
+    ckpt = torch.load(tmp_path / f"runs/dqn_{game}/version_0/checkpoints/last.ckpt", weights_only=True)
     assert ckpt["rl_lightning"]["env_steps"] >= 400 and ckpt["hyper_parameters"]["env"]["env_id"] == env_id
 
 
@@ -151,11 +152,11 @@ def test_ppo_atari_config_smoke(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    ckpt = torch.load(tmp_path / "runs/ppo_atari/version_0/checkpoints/last.ckpt", weights_only=True)
+    ckpt = torch.load(tmp_path / "runs/ppo_breakoutnoframeskip/version_0/checkpoints/last.ckpt", weights_only=True)
     assert ckpt["rl_lightning"]["env_steps"] == 256
     hp = ckpt["hyper_parameters"]
     assert hp["env"]["env_id"] == "BreakoutNoFrameskip-v4" and hp["clip_coef"] == 0.1 and hp["ent_coef"] == 0.01
     assert ckpt["global_step"] == 4 * 4 * 4  # 4 rollouts x 4 epochs x 4 minibatches
     assert ckpt["state_dict"]["agent.encoder.cnn.0.weight"].shape == (32, 4, 8, 8)  # the shared Nature CNN
     # The best-by-evaluation checkpoint exists: the evaluation episode ran and logged val/episode_return.
-    assert list((tmp_path / "runs/ppo_atari/version_0/checkpoints").glob("best-*.ckpt"))
+    assert list((tmp_path / "runs/ppo_breakoutnoframeskip/version_0/checkpoints").glob("best-*.ckpt"))

@@ -18,7 +18,7 @@ PPO_CARTPOLE = ["--config", str(ROOT / "configs/ppo/cartpole.yaml")]
 CASES = [
     # (arguments on top of the PPO CartPole config, text the message must contain)
     (["--model.env.env_id", "CartPol-v1"], "'CartPol-v1'.*CartPole-v1"),
-    (["--model.env.env_id", "test/MultiBinary-v0"], r"PPO cannot handle the action space MultiBinary\(2\)"),
+    (["--model.env.env_id", "test/DictAction-v0"], r"PPO cannot handle the action space Dict\("),
     (["--model.gamma", "1.5"], r"gamma must be in \(0, 1\], got 1.5"),
     (["--model.gamma", "0"], r"gamma must be in \(0, 1\], got 0"),
     (["--model.gae_lambda", "1.2"], "gae_lambda must be in"),
@@ -105,6 +105,45 @@ CASES += [
 ]
 
 
+GRID = "rl_lightning.envs.examples:GridReach-v0"
+CASES += [
+    # (what users bring: their envs, wrappers and spaces)
+    (["--model.env.env_id", "no_such_package.envs:MyEnv-v0"], r"cannot import 'no_such_package.envs'"),
+    (["--model.env.env_id", "rl_lightning.envs.examples:Nope-v0"], r"registered no env 'Nope-v0'"),
+    (
+        ["--model.env.env_id", GRID, "--model.env.env_kwargs", "{sizee: 5}"],
+        r"env.env_kwargs \{'sizee': 5\} for .*GridReach.*unexpected keyword argument 'sizee'",
+    ),
+    (["--model.env.env_kwargs", "{sutton_barto_rewardd: true}"], r"env.env_kwargs .*sutton_barto_rewardd"),
+    (
+        ["--model.env.wrappers", "[gymnasium.wrappers.NoSuchWrapper]"],
+        r"env.wrappers\[0\]: no wrapper 'gymnasium.wrappers.NoSuchWrapper'",
+    ),
+    (
+        ["--model.env.wrappers", "[{class_path: gymnasium.wrappers.FrameStackObservation, init_args: {stack: 4}}]"],
+        r"env.wrappers\[0\] \(gymnasium.wrappers.FrameStackObservation\) with \{'stack': 4\}: .*'stack'",
+    ),
+    (["--model.env.wrappers", "[{path: gymnasium.wrappers.ClipReward}]"], r"env.wrappers\[0\]: expected a class path"),
+    (
+        [*DQN_CARTPOLE, "--model.env.env_id", GRID, "--model.env.env_kwargs", "{multi_discrete: true}"],
+        r"DQN cannot handle the action space MultiDiscrete.*use A2C, PPO, REINFORCE\.",
+    ),
+    (
+        off_policy("sac") + ["--model.env.env_id", "CarRacing-v3"],
+        r"SAC has no image encoder .*Use A2C, DQN, PPO, REINFORCE \(Nature CNN\)",
+    ),
+    (
+        [
+            "--model.env.env_id",
+            "CarRacing-v3",
+            "--model.env.wrappers",
+            "[{class_path: gymnasium.wrappers.ResizeObservation, init_args: {shape: [16, 16]}}]",
+        ],
+        r"16x16 are smaller than the Nature CNN's 36x36",
+    ),
+]
+
+
 @pytest.mark.parametrize(("args", "pattern"), CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, monkeypatch, capsys):
     import re
@@ -117,6 +156,8 @@ def test_bad_input_exits_2_with_a_message_naming_it(args, pattern, tmp_path, mon
     err = capsys.readouterr().err
     assert re.search(pattern, err, re.S), err[-2000:]
     assert "Traceback" not in err
+    message = [line for line in err.splitlines() if line.startswith("rl-lightning: error:")]
+    assert len(message) == 1 and re.search(pattern, message[0]), err[-2000:]  # one line says it all
     assert not (tmp_path / "runs").exists() or not list(tmp_path.glob("runs/*/*/checkpoints/*.ckpt"))
 
 

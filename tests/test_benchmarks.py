@@ -68,3 +68,22 @@ def test_lightning_overhead_script_pairs_fit_and_plain_steps() -> None:
     hooks = next(line for line in out.splitlines() if line.startswith("of which the hooks"))
     for hook in ("on_before_backward", "on_after_backward", "on_before_optimizer_step"):
         assert hook in hooks  # dispatched once per optimizer step, so counted
+
+
+def test_compare_script_runs_ours_and_the_plain_torch_ppo_on_a_tiny_budget() -> None:
+    """benchmarks/compare.py's own-library runners (SB3's is not installed by the dev extra)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        compare = importlib.import_module("compare")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    import dataclasses
+
+    spec = dataclasses.replace(compare.SPECS["ppo"], total_env_steps=512, eval_every=256)
+    threads = torch.get_num_threads()
+    try:
+        for runner in (compare.run_ours, compare.run_plain):
+            r = runner(spec, 0)
+            assert r["env_steps"] >= 512 and r["env_steps_per_s"] > 0, runner
+    finally:
+        torch.set_num_threads(threads)

@@ -114,3 +114,42 @@ def test_docker_preset_writes_into_the_volumes():
     assert preset["trainer"]["logger"]["init_args"]["save_dir"] == "/workspace/logs"
     assert preset["checkpoint"]["dirpath"] == preset["last_checkpoint"]["dirpath"] == "/workspace/checkpoints"
     assert "COPY --chown=rl:rl configs /workspace/configs" in DOCKERFILE
+
+
+def extras() -> dict[str, list[str]]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def resolved(extra_names: list[str]) -> set[str]:
+    """Distribution names an install of ``rl-lightning[extras]`` brings (the package's own extras
+    expanded), lower-case, without versions."""
+    table, todo, names = extras(), list(extra_names), set()
+    while todo:
+        for req in table[todo.pop()]:
+            name = re.split(r"[<>=\[;]", req)[0].strip().lower()
+            if name == "rl-lightning":
+                todo += re.search(r"\[(.*)\]", req).group(1).split(",")
+            else:
+                names.add(name)
+    return names
+
+
+def test_jupyter_image_installs_what_every_notebook_imports():
+    """The jupyter stage installs the ``notebooks`` extra, which holds Jupyter and every third-party
+    package the notebooks import (notebook 01 once failed at its first cell: no matplotlib)."""
+    import nbformat
+
+    (run,) = [arg for op, arg in stages()["jupyter"] if op == "RUN"]
+    image_extras = re.search(r'"/opt/rl-lightning\[(.*?)\]"', run).group(1).split(",")
+    installed = resolved(image_extras) | {"torch", "lightning", "gymnasium", "numpy", "tensorboard", "rl_lightning"}
+    assert "jupyterlab" in installed
+    provided_by = {"matplotlib": "matplotlib", "imageio_ffmpeg": "imageio-ffmpeg", "IPython": "jupyterlab"}
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        for module in set(re.findall(r"^\s*(?:import|from) (\w+)", code, flags=re.M)):
+            if module in sys.stdlib_module_names:
+                continue
+            dist = provided_by.get(module, module).lower()
+            assert dist in installed, f"{path.name} imports {module}, which the jupyter image does not install"

@@ -59,7 +59,10 @@ def help_entries(screen: str) -> dict[str, str]:
     entries: dict[str, str] = {}
     option = None
     for line in screen.split("Help for", 1)[-1].splitlines():
-        match = re.match(r"^  (--[\w.]+)(?: [A-Z_{},.\[\]a-z]+)?(?:\s{2,}(.*))?$", line)
+        # "--model.x X", or with an alias as list options have: "--model.x [ITEM,...], --model.x+ [ITEM,...]"
+        match = re.match(
+            r"^  (--[\w.]+)(?: [A-Z_{},.\[\]a-z]+)?(?:, --[\w.+]+ [A-Z_{},.\[\]a-z]+)?(?:\s{2,}(.*))?$", line
+        )
         if match:
             option = match.group(1)
             entries[option] = match.group(2) or ""

@@ -9,11 +9,19 @@ from rl_lightning.plotting import aggregate, find_runs, load_scalars, main, plot
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def write_run(run_dir, points, tag="val/episode_return"):
+def write_run(run_dir, points, tag="val/episode_return", fit=True):
     writer = SummaryWriter(str(run_dir))
     for step, value in points:
         writer.add_scalar(tag, value, step)
+        if fit:  # every fit logs the env-step counter; validate and test do not
+            writer.add_scalar("time/env_steps", step, step)
     writer.close()
+
+
+def write_hparams(run_dir, **hparams):
+    import yaml
+
+    (run_dir / "hparams.yaml").write_text(yaml.safe_dump(hparams))
 
 
 @pytest.fixture
@@ -63,3 +71,44 @@ def test_command_line_with_labels(two_seeds, tmp_path, capsys):
     assert out.read_bytes()[:8] == PNG_MAGIC and capsys.readouterr().out.strip() == str(out)
     with pytest.raises(FileNotFoundError):
         plot_learning_curves([tmp_path / "missing"])
+
+
+def test_validate_runs_and_failed_fits_are_skipped_and_named(two_seeds, tmp_path, capsys):
+    write_run(two_seeds / "version_2", [(3000, 500.0)], fit=False)  # what `rl-lightning validate` leaves
+    (two_seeds / "version_3").mkdir()  # a fit that failed at once: hparams, no scalars
+    write_hparams(two_seeds / "version_3", learning_rate=0.1)
+    fig = plot_learning_curves([two_seeds])
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_label() == "ppo_cartpole (2 runs)"
+    err = capsys.readouterr().err
+    assert "skipped" in err and "version_2" in err and "version_3" not in err  # no event files: not a run
+
+
+def test_runs_of_different_configurations_are_separate_curves(tmp_path):
+    root = tmp_path / "runs/ppo_cartpole"
+    for version, (env_id, seed) in enumerate([("CartPole-v1", 0), ("CartPole-v1", 1), ("Acrobot-v1", 0)]):
+        run = root / f"version_{version}"
+        write_run(run, [(1000, 10.0 * (version + 1)), (2000, 20.0)])
+        write_hparams(run, env={"env_id": env_id, "seed": seed}, learning_rate=0.001)
+    fig = plot_learning_curves([root])
+    labels = sorted(line.get_label() for line in fig.axes[0].get_lines())
+    assert labels == ["ppo_cartpole [env.env_id=Acrobot-v1]", "ppo_cartpole [env.env_id=CartPole-v1] (2 runs)"]
+
+
+def test_fit_then_validate_then_plot_counts_the_fit_only(tmp_path, monkeypatch, capsys):
+    """The README's sequence: `fit`, `validate --ckpt_path last`, then the plot: one run, not two."""
+    from pathlib import Path
+
+    from rl_lightning.cli import main as cli
+
+    monkeypatch.chdir(tmp_path)
+    config = str(Path(__file__).resolve().parents[1] / "configs/ppo/cartpole.yaml")
+    tiny = ["--model.run.total_env_steps", "512", "--model.run.env_steps_per_epoch", "256"]
+    quiet = ["--model.run.eval_episodes", "1", "--trainer.enable_progress_bar", "false"]
+    cli(["fit", "--config", config, *tiny, *quiet])
+    cli(["validate", "--config", config, "--ckpt_path", "last", *quiet])
+    assert len(find_runs(tmp_path / "runs/ppo_cartpole")) == 2
+    fig = plot_learning_curves([tmp_path / "runs/ppo_cartpole"])
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_label() == "ppo_cartpole" and line.get_xdata().tolist() == [256, 512]
+    assert "ppo_cartpole/version_1: not a fit" in capsys.readouterr().err

@@ -102,8 +102,8 @@ def test_unknown_env_id_names_it_and_suggests_close_ids():
 
 
 def test_unsupported_action_space_is_named():
-    with pytest.raises(ValueError, match=r"PPO cannot handle the action space MultiBinary\(2\)"):
-        quick_trainer().fit(tiny_ppo(env=EnvConfig("test/MultiBinary-v0", num_envs=2)))
+    with pytest.raises(ValueError, match=r"PPO cannot handle the action space Dict\("):
+        quick_trainer().fit(tiny_ppo(env=EnvConfig("test/DictAction-v0", num_envs=2)))
 
 
 def test_minibatches_must_divide_the_rollout():

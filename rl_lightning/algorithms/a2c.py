@@ -64,7 +64,8 @@ def a2c_loss(
 
 
 class A2C(RLModule):
-    """A2C for discrete (categorical) and continuous (diagonal Gaussian) actions.
+    """A2C for discrete (categorical), multi-discrete (factored categorical), multi-binary
+    (Bernoulli) and continuous (diagonal Gaussian) actions.
 
     Args:
         env: Environment to train on; ``env.num_envs`` sub-envs per rank.
@@ -88,7 +89,7 @@ class A2C(RLModule):
         normalize_reward: Divide rewards by the running std of the discounted return (training only).
     """
 
-    action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
+    action_spaces = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
 
     def __init__(
         self,

@@ -42,9 +42,11 @@ from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.data.replay import Replay, ReplayConfig
 from rl_lightning.data.rollout import Policy, Rollout, Rollouts
 from rl_lightning.envs.make import EnvConfig, check_env_id, make_vector_env
+from rl_lightning.envs.spaces import to_env_actions_tensor
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, check
 from rl_lightning.evaluation import eval_seeds, play_episodes
 from rl_lightning.export import export_policy
+from rl_lightning.networks.encoders import has_images
 from rl_lightning.networks.utils import make_adam
 
 MAX_ENV_RESTARTS = 3  # consecutive failed collection attempts restarted before giving up
@@ -71,6 +73,7 @@ class RLModule(L.LightningModule):
 
     action_spaces: tuple[type[gym.Space], ...] = ()
     bounded_actions: bool = False  # Box actions must be 1-D with finite bounds (squashed into them)
+    image_observations: bool = True  # has an image encoder for image observations
     ddp_find_unused_parameters: bool = False
     checkpointed_attributes: tuple[str, ...] = ()  # plain numbers saved with checkpoints
     env_steps_per_iteration: int
@@ -131,7 +134,7 @@ class RLModule(L.LightningModule):
             # The device is final here (Lightning moves the module there after setup): a torch-backend
             # env is built on it, so rollouts never leave it.
             self.envs = make_vector_env(self.env_config, device=strategy.root_device if strategy else self.device)
-            self._build(self.envs.single_observation_space, self.envs.single_action_space)
+            self._build(self.envs.structured_observation_space, self.envs.single_action_space)
         else:
             self.build_for_env()
         if strategy is not None:
@@ -153,7 +156,7 @@ class RLModule(L.LightningModule):
         returns the observation and action space of one sub-env."""
         envs = make_vector_env(self.env_config, num_envs=1)
         try:
-            spaces = envs.single_observation_space, envs.single_action_space
+            spaces = envs.structured_observation_space, envs.single_action_space
         finally:
             envs.close()
         self._build(*spaces)
@@ -169,6 +172,12 @@ class RLModule(L.LightningModule):
             hint = f" For {type(action_space).__name__} actions use {', '.join(others)}." if others else ""
             raise ConfigError(
                 f"{name} cannot handle the action space {action_space} of {env_id!r}; it supports {handles}.{hint}"
+            )
+        if not self.image_observations and has_images(observation_space):
+            others = sorted(c.__name__ for c in _algorithms() if c.image_observations)
+            raise ConfigError(
+                f"{name} has no image encoder (its networks are MLPs on flat observations), and {env_id!r} observes "
+                f"images ({observation_space}). Use {', '.join(others)} (Nature CNN), or give it flat observations."
             )
         if isinstance(action_space, gym.spaces.Box):
             if self.bounded_actions and not (len(action_space.shape) == 1 and action_space.is_bounded("both")):
@@ -281,6 +290,14 @@ class RLModule(L.LightningModule):
         torch.set_flush_denormal(True)
         self._last_time, self._last_env_steps = time.perf_counter(), self.env_steps
 
+    def on_train_start(self) -> None:
+        if self.env_steps >= self.total_env_steps:  # resumed from a run that had spent its budget
+            rank_zero_warn(
+                f"The budget is spent: {self.env_steps} of run.total_env_steps={self.total_env_steps} env steps. "
+                "Nothing to train; raise run.total_env_steps to train further."
+            )
+            self.trainer.should_stop = True
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._check_finite(outputs.get("loss") if isinstance(outputs, dict) else outputs)
         if self.env_steps >= self.total_env_steps:
@@ -387,6 +404,8 @@ class RLModule(L.LightningModule):
         if prefix == "val" and not self.trainer.sanity_checking:
             # Same value on every rank; sync_dist only silences Lightning's epoch-level DDP warning.
             self.log("step", float(self.env_steps), batch_size=1, sync_dist=True)
+            if self.trainer.state.fn == "fit":  # marks the run as a fit, also one too short to log training
+                self.log("time/env_steps", float(self.env_steps), batch_size=1, sync_dist=True)
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths."""
@@ -394,11 +413,12 @@ class RLModule(L.LightningModule):
 
     def act_in_env(self, obs: Tensor) -> Tensor:
         """The actions evaluation, videos and exported policies play: ``forward``'s deterministic
-        actions, clipped to the bounds of a Box action space (PPO's Gaussian mean is unbounded)."""
+        actions, clipped to the bounds of a Box action space (PPO's Gaussian mean is unbounded), or
+        discrete ones as the env takes them (``Discrete.start``, ``MultiBinary`` bits as integers)."""
         actions = self(obs, deterministic=True)
         if hasattr(self, "action_low"):
-            actions = torch.clamp(actions, self.action_low, self.action_high)
-        return actions
+            return torch.clamp(actions, self.action_low, self.action_high)
+        return to_env_actions_tensor(self.action_space, actions)
 
     def export_policy(self, path: str | Path | None = None) -> torch.export.ExportedProgram:
         """The evaluation policy as a ``torch.export`` program that runs with torch alone (see

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Iterator
 from typing import Literal
 
@@ -159,8 +158,6 @@ class DQN(RLModule):
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.replay = Replay(
             self.replay_config,
-            observation_space,
-            action_space,
             n_step=hp.n_step,
             gamma=hp.gamma,
             frame_stack=FRAME_STACK if is_atari(self.env_config.env_id) else 1,
@@ -224,7 +221,7 @@ class DQN(RLModule):
                 yield batch, self._target(batch, self.q_target(batch.next_obs))
             return
         # Sampled in chunks of at most ~64 MiB of observations (Atari frames are 28 kB a stack).
-        obs_bytes = 2 * bs * math.prod(self.observation_space.shape) * self.observation_space.dtype.itemsize
+        obs_bytes = 2 * bs * self.replay.buffer.obs_nbytes
         per_chunk = max(1, min(steps_per_phase, (64 << 20) // obs_bytes))
         for start in range(0, steps_per_phase, per_chunk):
             steps = min(per_chunk, steps_per_phase - start)

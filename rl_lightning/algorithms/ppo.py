@@ -82,7 +82,8 @@ def ppo_loss(
 
 
 class PPO(RLModule):
-    """PPO for discrete (categorical) and continuous (diagonal Gaussian) actions.
+    """PPO for discrete (categorical), multi-discrete (factored categorical), multi-binary
+    (Bernoulli) and continuous (diagonal Gaussian) actions.
 
     Args:
         env: Environment to train on; ``env.num_envs`` sub-envs per rank.
@@ -106,12 +107,15 @@ class PPO(RLModule):
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP (vector observations;
             image observations get the shared Nature CNN instead).
         activation: Hidden activation of the MLPs.
+        orthogonal_init: Orthogonal initialization (the PPO convention of baselines, SB3 and CleanRL);
+            ``False`` keeps PyTorch's default (SB3's ``ortho_init=False``, which its MuJoCo configs use).
+        log_std_init: Initial log standard deviation of the Gaussian policy (continuous actions).
         normalize_obs: Normalize observations by running mean and std (statistics saved in
             checkpoints, frozen outside collection; ``forward`` takes raw observations).
         normalize_reward: Divide rewards by the running std of the discounted return (training only).
     """
 
-    action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
+    action_spaces = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
 
     def __init__(
         self,
@@ -133,6 +137,8 @@ class PPO(RLModule):
         target_kl: float | None = None,
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: Activation = "tanh",
+        orthogonal_init: bool = True,
+        log_std_init: float = 0.0,
         normalize_obs: bool = False,
         normalize_reward: bool = False,
     ) -> None:
@@ -165,7 +171,14 @@ class PPO(RLModule):
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
-        self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation)
+        self.agent = ActorCritic(
+            observation_space,
+            action_space,
+            hp.hidden_sizes,
+            hp.activation,
+            orthogonal_init=hp.orthogonal_init,
+            log_std_init=hp.log_std_init,
+        )
         self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
         self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
 

@@ -74,7 +74,8 @@ REINFORCE_RUN = dataclasses.replace(DEFAULT_RUN, total_env_steps=500_000)
 
 
 class REINFORCE(RLModule):
-    """REINFORCE for discrete (categorical) and continuous (diagonal Gaussian) actions.
+    """REINFORCE for discrete (categorical), multi-discrete (factored categorical), multi-binary
+    (Bernoulli) and continuous (diagonal Gaussian) actions.
 
     Args:
         env: Environment to train on; ``env.num_envs`` sub-envs per rank.
@@ -97,7 +98,7 @@ class REINFORCE(RLModule):
         normalize_reward: Divide rewards by the running std of the discounted return (training only).
     """
 
-    action_spaces = (gym.spaces.Discrete, gym.spaces.Box)
+    action_spaces = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
 
     def __init__(
         self,

@@ -29,7 +29,6 @@ import math
 from typing import Literal
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -39,6 +38,7 @@ from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayCo
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.continuous import QEnsemble, TanhGaussianActor, q_loss, to_env_units
+from rl_lightning.networks.encoders import flat_dim
 from rl_lightning.networks.mlp import Activation, check_mlp_args
 from rl_lightning.networks.utils import polyak_update
 
@@ -86,6 +86,7 @@ class SAC(RLModule):
 
     action_spaces = (gym.spaces.Box,)
     bounded_actions = True
+    image_observations = False  # MLPs on flat observations
     ddp_find_unused_parameters = True  # actor, critic and alpha backward passes reach disjoint parameters
     checkpointed_attributes = ("num_updates",)
 
@@ -124,14 +125,12 @@ class SAC(RLModule):
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
-        obs_dim, act_dim = int(np.prod(observation_space.shape)), int(action_space.shape[0])
+        obs_dim, act_dim = flat_dim(observation_space), int(action_space.shape[0])
         self.actor = TanhGaussianActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=2, activation=hp.activation)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.target_entropy = float(-act_dim if hp.target_entropy is None else hp.target_entropy)
-        self.replay = Replay(
-            self.replay_config, observation_space, action_space, gamma=hp.gamma, normalized_actions=True
-        )
+        self.replay = Replay(self.replay_config, gamma=hp.gamma, normalized_actions=True)
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

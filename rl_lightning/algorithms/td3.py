@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,6 +40,7 @@ from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayCo
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.continuous import DeterministicActor, QEnsemble, q_loss, to_env_units
+from rl_lightning.networks.encoders import flat_dim
 from rl_lightning.networks.mlp import Activation, check_mlp_args
 from rl_lightning.networks.utils import polyak_update
 
@@ -85,6 +85,7 @@ class TD3(RLModule):
 
     action_spaces = (gym.spaces.Box,)
     bounded_actions = True
+    image_observations = False  # MLPs on flat observations
     ddp_find_unused_parameters = True  # actor and critic backward passes reach disjoint parameters
     checkpointed_attributes = ("num_updates",)
     n_critics = 2  # clipped double-Q (DDPG: 1)
@@ -124,14 +125,12 @@ class TD3(RLModule):
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
-        obs_dim, act_dim = int(np.prod(observation_space.shape)), int(action_space.shape[0])
+        obs_dim, act_dim = flat_dim(observation_space), int(action_space.shape[0])
         self.actor = DeterministicActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=self.n_critics, activation=hp.activation)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.replay = Replay(
-            self.replay_config, observation_space, action_space, gamma=hp.gamma, normalized_actions=True
-        )
+        self.replay = Replay(self.replay_config, gamma=hp.gamma, normalized_actions=True)
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

@@ -74,7 +74,9 @@ class RLProgressBar(TQDMProgressBar):
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         desc = f"{type(pl_module).__name__} {pl_module.env_config.env_id}"
         bar = self.train_progress_bar = self.init_train_tqdm(pl_module.total_env_steps, desc)
-        bar.initial = bar.n = pl_module.env_steps  # a resumed run starts where it stopped
+        bar.initial = bar.n = min(
+            pl_module.env_steps, pl_module.total_env_steps
+        )  # a resumed run starts where it stopped
         self._next_refresh = 0.0
 
     def on_train_epoch_start(self, trainer: L.Trainer, *_: Any) -> None:

@@ -38,6 +38,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from rl_lightning.envs.make import EpisodeLog
+from rl_lightning.envs.spaces import to_env_actions
 from rl_lightning.errors import check
 
 
@@ -230,6 +231,11 @@ class ReplayBuffer:
         self._rows_changed(self._advance(running.astype(np.int64)))
 
     # --------------------------------------------------------------------------------- sampling
+    @property
+    def obs_nbytes(self) -> int:
+        """Bytes of one sampled observation (a whole stack with frame stacks)."""
+        return math.prod(self.obs_shape) * self.frames.element_size()
+
     def __len__(self) -> int:
         """Rows holding data (an upper bound on the transitions that can be sampled)."""
         return int(np.minimum(self.rows_written, self.rows).sum())
@@ -471,7 +477,7 @@ class ReplayCollector:
     def _to_env(self, actions: Tensor) -> np.ndarray:
         a = actions.cpu().numpy()
         if isinstance(self.action_space, gym.spaces.Discrete):
-            return a + int(self.action_space.start)
+            return to_env_actions(self.action_space, a)
         low, high = self.action_space.low, self.action_space.high
         if self.normalized_actions:
             a = low + (a + 1.0) * 0.5 * (high - low)
@@ -590,8 +596,6 @@ class Replay:
 
     Args:
         config: Sizes and rhythm (``ReplayConfig``).
-        observation_space: One sub-env's observation space.
-        action_space: One sub-env's action space.
         n_step: Steps summed into each sampled return.
         gamma: Discount of the n-step returns.
         frame_stack: Stacked frames of image observations (stored once each; see ``ReplayBuffer``).
@@ -603,8 +607,6 @@ class Replay:
     def __init__(
         self,
         config: ReplayConfig,
-        observation_space: gym.Space,
-        action_space: gym.Space,
         n_step: int = 1,
         gamma: float = 0.99,
         frame_stack: int = 1,
@@ -612,7 +614,6 @@ class Replay:
         normalized_actions: bool = False,
     ) -> None:
         self.config = config
-        self.spaces = observation_space, action_space
         self.buffer_kwargs: dict[str, Any] = {"n_step": n_step, "gamma": gamma, "frame_stack": frame_stack}
         self.prioritized_alpha = prioritized_alpha
         self.normalized_actions = normalized_actions
@@ -629,21 +630,22 @@ class Replay:
     def start(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int) -> None:
         self.device = device
         if self.buffer is None:
-            self.buffer = self._make_buffer(envs.num_envs, seed)
+            self.buffer = self._make_buffer(envs, seed)
         self.collector = ReplayCollector(
             envs, self.buffer, self.buffer.device, seed, normalized_actions=self.normalized_actions
         )
         self.warmup_until = math.ceil(self.config.learning_starts / (envs.num_envs * world_size))
 
-    def _make_buffer(self, num_envs: int, seed: int) -> ReplayBuffer:
+    def _make_buffer(self, envs: gym.vector.VectorEnv, seed: int) -> ReplayBuffer:
         cfg = self.config
         device = torch.device("cpu") if cfg.buffer_on_cpu else self.device
+        spaces = envs.single_observation_space, envs.single_action_space  # as stored: flat where structured
         kwargs = dict(self.buffer_kwargs, device=device, seed=seed)
         if self.prioritized_alpha is None:
-            buffer = ReplayBuffer(cfg.buffer_size, num_envs, *self.spaces, **kwargs)
+            buffer = ReplayBuffer(cfg.buffer_size, envs.num_envs, *spaces, **kwargs)
         else:
             buffer = PrioritizedReplayBuffer(
-                cfg.buffer_size, num_envs, *self.spaces, alpha=self.prioritized_alpha, **kwargs
+                cfg.buffer_size, envs.num_envs, *spaces, alpha=self.prioritized_alpha, **kwargs
             )
         rank_zero_info(
             f"Replay buffer: {buffer.nbytes / 1e9:.2f} GB on {device} per rank "

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from rl_lightning.envs.make import EpisodeLog, episode_stats
 from rl_lightning.envs.normalize import RunningMeanStd
+from rl_lightning.envs.spaces import action_dtype, action_shape, to_env_actions
 from rl_lightning.envs.torch import TorchVectorEnv
 
 
@@ -189,11 +190,10 @@ class RolloutCollector:
         n, obs_space, act_space = envs.num_envs, envs.single_observation_space, envs.single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and obs_rms is None else torch.float32
         self.obs = torch.zeros((num_steps, n, *obs_space.shape), dtype=obs_dtype, device=device)
-        if isinstance(act_space, gym.spaces.Discrete):
-            self.actions = torch.zeros((num_steps, n), dtype=torch.long, device=device)
-            self._to_env = (lambda a: a) if self.on_device else (lambda a: a.cpu().numpy())
-        else:
-            self.actions = torch.zeros((num_steps, n, *act_space.shape), dtype=torch.float32, device=device)
+        self.actions = torch.zeros(
+            (num_steps, n, *action_shape(act_space)), dtype=action_dtype(act_space), device=device
+        )
+        if isinstance(act_space, gym.spaces.Box):
             low, high = act_space.low, act_space.high
             # The policy's Gaussian is unbounded; the env gets the action clipped to its bounds,
             # the buffer keeps the sampled one so its log-prob stays exact.
@@ -202,6 +202,8 @@ class RolloutCollector:
                 self._to_env = lambda a: torch.clamp(a, low_t, high_t)
             else:
                 self._to_env = lambda a: np.clip(a.cpu().numpy(), low, high)
+        else:
+            self._to_env = (lambda a: a) if self.on_device else (lambda a: to_env_actions(act_space, a.cpu().numpy()))
         self.logprobs = torch.zeros((num_steps, n), device=device)
         self.values = torch.zeros((num_steps, n), device=device)
         self.final_values = torch.zeros((num_steps, n), device=device)

@@ -9,6 +9,17 @@ Episode statistics come from gymnasium's own ``RecordEpisodeStatistics``, wrappe
 sub-env innermost, so returns are the env's true returns whatever the later wrappers (reward
 clipping, episodic life) do; they arrive in ``info["final_info"]["episode"]``.
 
+Observation spaces other than ``Box`` (``Discrete``, ``MultiDiscrete``, ``MultiBinary``, ``Dict``,
+``Tuple``) are flattened per sub-env by gymnasium's ``FlattenObservation`` (one-hot for discrete
+parts), so every algorithm stores one flat tensor per observation; the structured space is kept on
+the vector env (``structured_observation_space``) for the networks, which read the flat tensor
+through it (``rl_lightning.networks.encoders``).
+
+User envs: ``env_id`` is a registered id, gymnasium's ``"module:EnvId"`` (the module is imported and
+registers the id) or ``"module.path:EnvClass"`` (a ``gymnasium.Env`` subclass, made directly);
+``env.wrappers`` lists gymnasium wrappers (class path and keyword arguments) applied to every
+sub-env, in training and evaluation alike.
+
 With ``backend="torch"`` the env is one of ``rl_lightning.envs.torch``'s batched, pure-torch
 ports of the classic-control envs instead: same API and info keys, tensors on a device.
 
@@ -21,7 +32,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Callable
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,6 +62,11 @@ class EnvConfig:
             CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0) on the
             module's device, so whole rollouts stay there (``vectorization`` is then ignored).
             Evaluation always plays gymnasium's env.
+        wrappers: gymnasium wrappers applied to every sub-env, in training and evaluation, innermost
+            first, each a class path (``gymnasium.wrappers.FlattenObservation``) or ``{class_path: ...,
+            init_args: {...}}`` (``{class_path: gymnasium.wrappers.FrameStackObservation, init_args:
+            {stack_size: 4}}``). They wrap the env after the episode statistics, so logged returns stay
+            the env's own.
         restart_on_failure: When stepping the envs fails (a sub-env process killed by the OOM killer,
             a simulator that crashed), close them, build them anew and collect again, up to 3 times in
             a row; the restarts are logged as ``rollout/env_restarts``. The interrupted rollout or
@@ -66,11 +82,17 @@ class EnvConfig:
     vectorization: Literal["sync", "async"] = "sync"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     backend: Literal["gymnasium", "torch"] = "gymnasium"
+    wrappers: list[str | dict[str, Any]] = field(default_factory=list)
     restart_on_failure: bool = False
 
 
 def check_env_id(env_id: str) -> None:
-    """Fail at once, with close matches, on an id gymnasium does not know."""
+    """Fail at once, with close matches, on an id gymnasium does not know. ``module:Name`` imports the
+    module first (gymnasium's form for envs a package registers on import); ``module:EnvClass`` is a
+    ``gymnasium.Env`` subclass."""
+    if ":" in env_id:
+        _env_entry_point(env_id)
+        return
     if env_id in gym.envs.registry:
         return
     has_ale = register_ale()  # ale-py's ids exist only once it is imported
@@ -81,22 +103,80 @@ def check_env_id(env_id: str) -> None:
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=5, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ConfigError(
-        f"Unknown environment id {env_id!r}: it is not registered with gymnasium.{hint} "
-        "Custom envs must be registered (gymnasium.register) before training starts."
+        f"Unknown environment id {env_id!r}: it is not registered with gymnasium.{hint} Your own env: "
+        "'my_package.envs:MyEnv-v0' (a module that registers it when imported) or 'my_package.envs:MyEnvClass'."
     )
 
 
-def _env_factory(config: EnvConfig, render_mode: str | None, training: bool) -> Callable[[], gym.Env]:
-    if is_atari(config.env_id):
-        return functools.partial(make_atari_env, config.env_id, config.env_kwargs, render_mode, training)
+def _env_entry_point(env_id: str) -> gym.envs.registration.EnvSpec | str:
+    """What ``gym.make`` takes for a ``module:Name`` id: the id itself when importing the module
+    registered ``Name``, or a spec whose entry point is the class ``module.Name``."""
+    module_name, _, name = env_id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"env_id {env_id!r}: cannot import {module_name!r} ({e}).") from e
+    if name in gym.envs.registry:
+        return env_id
+    target = getattr(module, name, None)
+    if isinstance(target, type) and issubclass(target, gym.Env):
+        return gym.envs.registration.EnvSpec(id=name, entry_point=target)
+    raise ConfigError(
+        f"env_id {env_id!r}: importing {module_name!r} registered no env {name!r}, and it has no gymnasium.Env "
+        f"class {name!r}."
+    )
 
-    def make() -> gym.Env:
+
+def _make_env(config: EnvConfig, render_mode: str | None, training: bool) -> gym.Env:
+    """One sub-env: made, wrapped (episode statistics innermost, then the user's wrappers), and
+    flattened when its observations are not a ``Box``."""
+    if is_atari(config.env_id):
+        env = make_atari_env(config.env_id, config.env_kwargs, render_mode, training)
+    else:
         # render_mode only when asked: custom envs need not accept it.
         kwargs = config.env_kwargs if render_mode is None else {**config.env_kwargs, "render_mode": render_mode}
-        env = gym.make(config.env_id, **kwargs)
-        return gym.wrappers.RecordEpisodeStatistics(env)
+        target = _env_entry_point(config.env_id) if ":" in config.env_id else config.env_id
+        try:
+            env = gym.make(target, **kwargs)
+        except TypeError as e:  # an argument the env does not take
+            raise ConfigError(f"env.env_kwargs {config.env_kwargs} for {config.env_id!r}: {e}") from e
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+    for i, wrapper in enumerate(config.wrappers):
+        env = _apply_wrapper(env, wrapper, i)
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        env = _flattened(env, config.env_id)
+    return env
 
-    return make
+
+def _apply_wrapper(env: gym.Env, wrapper: str | dict[str, Any], index: int) -> gym.Env:
+    spec = {"class_path": wrapper} if isinstance(wrapper, str) else dict(wrapper)
+    path, init_args = spec.pop("class_path", None), spec.pop("init_args", {}) or {}
+    where = f"env.wrappers[{index}]"
+    if not isinstance(path, str) or spec:
+        raise ConfigError(
+            f"{where}: expected a class path or {{class_path: ..., init_args: {{...}}}}, got {wrapper!r}."
+        )
+    module_name, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"{where}: no wrapper {path!r} ({e}).") from e
+    # YAML has no tuples; gymnasium's wrappers take shapes as tuples (ResizeObservation).
+    init_args = {k: tuple(v) if isinstance(v, list) else v for k, v in init_args.items()}
+    try:
+        return cls(env, **init_args)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise ConfigError(f"{where} ({path}) with {init_args}: {e}") from e
+
+
+def _flattened(env: gym.Env, env_id: str) -> gym.Env:
+    try:
+        return gym.wrappers.FlattenObservation(env)
+    except NotImplementedError as e:
+        raise ConfigError(
+            f"{env_id!r} has observations of {env.observation_space}, which cannot be flattened into tensors. "
+            "Add a wrapper (env.wrappers) that turns them into a Box, Discrete, Dict or Tuple space."
+        ) from e
 
 
 def make_vector_env(
@@ -111,19 +191,28 @@ def make_vector_env(
     Seeding happens at the first ``reset(seed=...)``, done by the caller who knows its rank.
     ``device`` places a torch-backend env (gymnasium envs live on the host). ``training=False``
     (evaluation) leaves out training-only wrappers (Atari: episodic life, reward clipping), so returns
-    are the true game scores.
+    are the true game scores. The vector env's ``structured_observation_space`` is the sub-envs'
+    observation space before flattening (``single_observation_space`` after).
     """
     check_env_id(config.env_id)
     n = config.num_envs if num_envs is None else num_envs
     if config.backend == "torch":
         if render_mode is not None:
             raise ConfigError("The torch backend does not render; use env.backend=gymnasium to record videos.")
-        return make_torch_env(config.env_id, n, device=device, **config.env_kwargs)
-    fns = [_env_factory(config, render_mode, training) for _ in range(n)]
+        envs = make_torch_env(config.env_id, n, device=device, **config.env_kwargs)
+        envs.structured_observation_space = envs.single_observation_space
+        return envs
+    make = functools.partial(_make_env, config, render_mode, training)
+    probe = make()  # the errors of a bad config here, in this process; and the space before flattening
+    structured = probe.env.observation_space if isinstance(probe, gym.wrappers.FlattenObservation) else None
+    probe.close()
     mode = gym.vector.AutoresetMode.SAME_STEP
     if config.vectorization == "async":
-        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
-    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        envs = gym.vector.AsyncVectorEnv([make] * n, autoreset_mode=mode)
+    else:
+        envs = gym.vector.SyncVectorEnv([make] * n, autoreset_mode=mode)
+    envs.structured_observation_space = structured or envs.single_observation_space
+    return envs
 
 
 def episode_stats(infos: dict[str, Any]) -> tuple[Any, Any, Any] | None:

@@ -17,19 +17,27 @@ import math
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.cnn import NatureCNN, is_image_space
+from rl_lightning.networks.encoders import flat_dim, image_encoder
 from rl_lightning.networks.mlp import Float32Linear, layer_init, mlp
+
+
+def head_linear(in_dim: int, out_dim: int, orthogonal: bool = True) -> Float32Linear:
+    """A head's output layer: orthogonal with gain 0.01 (near-uniform initial policies: the PPO
+    convention of baselines, SB3 and CleanRL), or PyTorch's default (SB3's ``ortho_init=False``)."""
+    layer = Float32Linear(in_dim, out_dim)
+    return layer_init(layer, std=0.01) if orthogonal else layer
 
 
 class CategoricalHead(nn.Module):
     """Logits over ``n`` discrete actions."""
 
-    def __init__(self, in_dim: int, n: int) -> None:
+    def __init__(self, in_dim: int, n: int, orthogonal: bool = True) -> None:
         super().__init__()
-        self.linear = layer_init(Float32Linear(in_dim, n), std=0.01)
+        self.linear = head_linear(in_dim, n, orthogonal)
 
     def forward(self, features: Tensor) -> Tensor:
         return self.linear(features)
@@ -60,13 +68,79 @@ class CategoricalHead(nn.Module):
         return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
 
 
+class MultiCategoricalHead(nn.Module):
+    """Independent categoricals over the sub-actions of a ``MultiDiscrete`` space (a factored policy:
+    log-probabilities and entropies are sums over the sub-actions). Actions are ``[B, k]`` indices."""
+
+    def __init__(self, in_dim: int, nvec: list[int], orthogonal: bool = True) -> None:
+        super().__init__()
+        self.nvec = [int(n) for n in nvec]
+        self.linear = head_linear(in_dim, sum(self.nvec), orthogonal)
+
+    def forward(self, features: Tensor) -> list[Tensor]:
+        return list(self.linear(features).split(self.nvec, dim=-1))
+
+    @staticmethod
+    def sample(logits: list[Tensor]) -> Tensor:
+        return torch.stack([CategoricalHead.sample(lg) for lg in logits], dim=-1)
+
+    @staticmethod
+    def mode(logits: list[Tensor]) -> Tensor:
+        return torch.stack([lg.argmax(-1) for lg in logits], dim=-1)
+
+    @staticmethod
+    def log_prob(logits: list[Tensor], actions: Tensor) -> Tensor:
+        return sum(CategoricalHead.log_prob(lg, a) for lg, a in zip(logits, actions.unbind(-1), strict=True))
+
+    @staticmethod
+    def log_prob_entropy(logits: list[Tensor], actions: Tensor) -> tuple[Tensor, Tensor]:
+        pairs = [CategoricalHead.log_prob_entropy(lg, a) for lg, a in zip(logits, actions.unbind(-1), strict=True)]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+class BernoulliHead(nn.Module):
+    """Independent Bernoullis over the bits of a ``MultiBinary`` space (flattened). Actions are
+    ``[B, n]`` floats, 0 or 1."""
+
+    def __init__(self, in_dim: int, n: int, orthogonal: bool = True) -> None:
+        super().__init__()
+        self.linear = head_linear(in_dim, n, orthogonal)
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.linear(features)
+
+    @staticmethod
+    def sample(logits: Tensor) -> Tensor:
+        return (torch.rand_like(logits) < torch.sigmoid(logits)).float()
+
+    @staticmethod
+    def mode(logits: Tensor) -> Tensor:
+        return (logits > 0).float()
+
+    @staticmethod
+    def log_prob(logits: Tensor, actions: Tensor) -> Tensor:
+        # log sigma(l) for a = 1, log(1 - sigma(l)) = log sigma(-l) for a = 0
+        return -nn.functional.binary_cross_entropy_with_logits(logits.float(), actions.float(), reduction="none").sum(
+            -1
+        )
+
+    @staticmethod
+    def entropy(logits: Tensor) -> Tensor:
+        p = torch.sigmoid(logits.float())
+        return F.binary_cross_entropy_with_logits(logits.float(), p, reduction="none").sum(-1)
+
+    @classmethod
+    def log_prob_entropy(cls, logits: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        return cls.log_prob(logits, actions), cls.entropy(logits)
+
+
 class DiagGaussianHead(nn.Module):
     """Diagonal Gaussian with a state-independent, learned log standard deviation (PPO's default
     for continuous control: Schulman et al. 2017). Returns ``(mean, log_std)``."""
 
-    def __init__(self, in_dim: int, action_dim: int, log_std_init: float = 0.0) -> None:
+    def __init__(self, in_dim: int, action_dim: int, log_std_init: float = 0.0, orthogonal: bool = True) -> None:
         super().__init__()
-        self.linear = layer_init(Float32Linear(in_dim, action_dim), std=0.01)
+        self.linear = head_linear(in_dim, action_dim, orthogonal)
         self.log_std = nn.Parameter(torch.full((action_dim,), log_std_init))
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
@@ -98,29 +172,41 @@ class DiagGaussianHead(nn.Module):
         return cls.log_prob(params, actions), cls.entropy(params)
 
 
-def flat_obs_dim(space: gym.Space) -> int:
-    if not isinstance(space, gym.spaces.Box):
-        raise ConfigError(f"Observation space {space} is not supported: expected a gymnasium Box.")
-    return int(np.prod(space.shape))
+def action_head(in_dim: int, action_space: gym.Space, orthogonal: bool = True, log_std_init: float = 0.0) -> nn.Module:
+    """The policy head for an action space: categorical (``Discrete``), factored categorical
+    (``MultiDiscrete``), Bernoulli (``MultiBinary``) or diagonal Gaussian (``Box``)."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalHead(in_dim, int(action_space.n), orthogonal)
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        return MultiCategoricalHead(in_dim, list(np.asarray(action_space.nvec).ravel()), orthogonal)
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return BernoulliHead(in_dim, int(np.prod(action_space.shape)), orthogonal)
+    if isinstance(action_space, gym.spaces.Box):
+        return DiagGaussianHead(in_dim, int(np.prod(action_space.shape)), log_std_init, orthogonal)
+    raise ConfigError(f"Action space {action_space} is not supported by ActorCritic.")
 
 
 class ActorCritic(nn.Module):
-    """A policy head (categorical or diagonal Gaussian) and a value head on top of:
+    """A policy head (``action_head``) and a value head on top of:
 
-    - vector observations: separate actor and critic MLPs (no shared trunk: the SB3/CleanRL default);
-    - uint8 image stacks ``[C, H, W]`` (Atari): one shared ``NatureCNN`` encoder, orthogonally
-      initialized, with a linear policy head and a linear value head on its 512 features (Mnih et
-      al. 2016; the PPO-Atari network of baselines, SB3 and CleanRL). ``hidden_sizes`` and
-      ``activation`` are then unused.
+    - flat observations (vectors, and one-hot / concatenated structured spaces: ``networks.encoders``):
+      separate actor and critic MLPs (no shared trunk: the SB3/CleanRL default);
+    - observations with images: one shared, orthogonally initialized image encoder (the Nature CNN, or
+      ``MultiInputEncoder`` for ``Dict``/``Tuple`` spaces with image parts) with a linear policy head
+      and a linear value head on its features (Mnih et al. 2016; the PPO-Atari network of baselines,
+      SB3 and CleanRL). ``hidden_sizes`` and ``activation`` are then unused.
 
     Observations reach the networks through ``_encode`` only, the one step where the two differ.
 
     Args:
-        observation_space: A ``Box``: flat vectors, or uint8 images ``[C, H, W]``.
-        action_space: ``Discrete`` or ``Box``.
+        observation_space: The env's observation space (structured spaces arrive flattened).
+        action_space: ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box``.
         hidden_sizes: Hidden layer widths of both the actor and the critic MLP.
         activation: Hidden activation, one of ``tanh``, ``relu``, ``elu``, ``silu``.
         critic: Build the value network; without one (REINFORCE without a baseline) ``value`` is 0.
+        orthogonal_init: Orthogonal initialization (hidden layers gain sqrt(2), policy head 0.01, value
+            head 1); ``False`` keeps PyTorch's default (SB3's ``ortho_init=False``).
+        log_std_init: Initial log standard deviation of a Gaussian policy.
     """
 
     def __init__(
@@ -130,25 +216,24 @@ class ActorCritic(nn.Module):
         hidden_sizes: list[int] | tuple[int, ...] = (64, 64),
         activation: str = "tanh",
         critic: bool = True,
+        orthogonal_init: bool = True,
+        log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
-        if is_image_space(observation_space):
-            self.encoder: NatureCNN | None = NatureCNN(observation_space, orthogonal_init=True)
+        ortho = orthogonal_init
+        self.encoder = image_encoder(observation_space, orthogonal_init=ortho)
+        if self.encoder is not None:
             feat_dim = self.encoder.features_dim
             self.actor_body: nn.Module = nn.Identity()
-            self.critic = mlp(feat_dim, (), 1, out_std=1.0) if critic else None
+            self.critic = mlp(feat_dim, (), 1, orthogonal=ortho, out_std=1.0) if critic else None
         else:
-            self.encoder = None
-            obs_dim = flat_obs_dim(observation_space)
-            self.actor_body = mlp(obs_dim, hidden_sizes, activation=activation)
-            self.critic = mlp(obs_dim, hidden_sizes, 1, activation=activation, out_std=1.0) if critic else None
+            obs_dim = flat_dim(observation_space)
+            self.actor_body = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=ortho)
+            self.critic = (
+                mlp(obs_dim, hidden_sizes, 1, activation=activation, orthogonal=ortho, out_std=1.0) if critic else None
+            )
             feat_dim = hidden_sizes[-1] if hidden_sizes else obs_dim
-        if isinstance(action_space, gym.spaces.Discrete):
-            self.head: CategoricalHead | DiagGaussianHead = CategoricalHead(feat_dim, int(action_space.n))
-        elif isinstance(action_space, gym.spaces.Box):
-            self.head = DiagGaussianHead(feat_dim, int(np.prod(action_space.shape)))
-        else:
-            raise ConfigError(f"Action space {action_space} is not supported by ActorCritic.")
+        self.head = action_head(feat_dim, action_space, ortho, log_std_init)
 
     def _encode(self, obs: Tensor) -> Tensor:
         return self.encoder(obs) if self.encoder is not None else obs.flatten(1).float()

@@ -1,5 +1,5 @@
-"""Q-networks for discrete actions: an MLP for vector observations, the Nature CNN (``cnn.py``) for
-stacked frames, and an optional dueling head.
+"""Q-networks for discrete actions: an MLP for flat observations, the image encoders
+(``encoders.py``) for observations with images, and an optional dueling head.
 
 Initialization is PyTorch's default (as in SB3's and CleanRL's DQN), not the orthogonal one of the
 policy-gradient networks.
@@ -8,20 +8,19 @@ policy-gradient networks.
 from __future__ import annotations
 
 import gymnasium as gym
-import numpy as np
 from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.cnn import NatureCNN, is_image_space
+from rl_lightning.networks.encoders import flat_dim, image_encoder
 from rl_lightning.networks.mlp import mlp
 
 
 class MLPTorso(nn.Module):
     """Flattened observations through hidden layers (the last activation included)."""
 
-    def __init__(self, observation_space: gym.spaces.Box, hidden_sizes: tuple[int, ...], activation: str) -> None:
+    def __init__(self, observation_space: gym.Space, hidden_sizes: tuple[int, ...], activation: str) -> None:
         super().__init__()
-        dim = int(np.prod(observation_space.shape))
+        dim = flat_dim(observation_space)
         self.net = nn.Sequential(nn.Flatten(), *mlp(dim, hidden_sizes, activation=activation, orthogonal=False))
         self.features_dim = hidden_sizes[-1] if hidden_sizes else dim
 
@@ -56,15 +55,12 @@ class QNetwork(nn.Module):
         dueling: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(observation_space, gym.spaces.Box):
-            raise ConfigError(f"Observation space {observation_space} is not supported: expected a gymnasium Box.")
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(f"QNetwork needs a Discrete action space, got {action_space}.")
         n = int(action_space.n)
-        if is_image_space(observation_space):
-            self.torso: nn.Module = NatureCNN(observation_space)
-        else:
-            self.torso = MLPTorso(observation_space, tuple(hidden_sizes), activation)
+        self.torso: nn.Module = image_encoder(observation_space, orthogonal_init=False) or MLPTorso(
+            observation_space, tuple(hidden_sizes), activation
+        )
         dim = self.torso.features_dim
         self.dueling = dueling
         self.head = nn.Linear(dim, n)  # the advantage stream when dueling
