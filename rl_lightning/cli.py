@@ -27,12 +27,12 @@ from typing import Any, NoReturn
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
-from rl_lightning.checkpointing import checkpoint_env_steps, is_loadable, newest_loadable
+from rl_lightning.checkpointing import atomic_write, checkpoint_env_steps, is_loadable, newest_loadable
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, RunFailed
 
@@ -71,6 +71,24 @@ def _short_parser_error(message: str) -> str:
             detail = detail or text  # the first real message is the innermost one
     argument = "--" + ".".join(keys) if keys else ""
     return f"{argument}: {detail}" if argument and detail else (detail or message.strip())
+
+
+class AtomicSaveConfigCallback(SaveConfigCallback):
+    """LightningCLI's ``config.yaml``, written atomically (``atomic_write``) on a local run directory."""
+
+    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir  # a broadcast under DDP: every rank takes part
+        if log_dir is None or "://" in str(log_dir) or self.multifile:
+            super().setup(trainer, pl_module, stage)
+            return
+        if trainer.is_global_zero:
+            text = self.parser.dump(self.config, skip_none=False)
+            atomic_write(Path(log_dir) / self.config_filename, lambda f: f.write(text.encode()))
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
 
 class RLCLI(LightningCLI):
@@ -275,6 +293,7 @@ def main(args: list[str] | None = None) -> None:
             parser_class=RLArgumentParser,
             subclass_mode_model=True,
             trainer_defaults=trainer_defaults(),
+            save_config_callback=AtomicSaveConfigCallback,
             save_config_kwargs={"overwrite": True},
             args=args,
             auto_configure_optimizers=False,

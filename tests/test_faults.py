@@ -251,3 +251,14 @@ def test_restart_keeps_the_replay_buffer_and_cuts_its_running_episodes():
     quick_trainer(callbacks=[KillWorker(after_steps=3)]).fit(model)
     assert model.env_steps == 400 and model.env_restarts == 1
     assert model.replay.buffer.num_adds == 200  # every vector step, kept across the restart (no second warm-up)
+
+
+def test_the_cli_writes_its_config_atomically_too(tmp_path, monkeypatch):
+    import rl_lightning.cli as cli
+
+    written = []
+    real = cli.atomic_write
+    monkeypatch.setattr(cli, "atomic_write", lambda path, write: (written.append(Path(path).name), real(path, write)))
+    fit_ppo_run(tmp_path, monkeypatch)
+    assert written == ["config.yaml"]
+    assert (tmp_path / "runs/ppo_cartpole/version_0/config.yaml").read_text().startswith("# lightning.pytorch==")
