@@ -18,6 +18,7 @@ from rl_lightning.algorithms.td3 import TD3
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, ReplayConfig
 from rl_lightning.envs.make import EnvConfig
+from rl_lightning.exploration import NoiseType
 from rl_lightning.networks.mlp import Activation
 
 
@@ -32,8 +33,10 @@ class DDPG(TD3):
         gamma: Discount factor, in (0, 1].
         tau: Polyak coefficient of the target networks (``target <- tau * online + (1 - tau) *
             target``; 1.0 copies).
-        exploration_noise: Std of the Gaussian noise added to the actor's actions during collection,
+        exploration_noise: Scale (sigma) of the noise added to the actor's actions during collection,
             relative to half the action range (0.1 adds 10 % of it).
+        noise_type: ``normal`` (i.i.d. Gaussian), ``ornstein_uhlenbeck`` (DDPG's original, Lillicrap et
+            al. 2016) or ``pink`` (1/f colored noise over each episode); see ``rl_lightning.exploration``.
         hidden_sizes: Hidden widths of the actor and of the critic.
         activation: Hidden activation of the MLPs.
     """
@@ -49,6 +52,7 @@ class DDPG(TD3):
         gamma: float = 0.99,
         tau: float = 0.005,
         exploration_noise: float = 0.1,
+        noise_type: NoiseType = "normal",
         hidden_sizes: tuple[int, ...] = (400, 300),
         activation: Activation = "relu",
     ) -> None:
@@ -60,6 +64,7 @@ class DDPG(TD3):
             gamma=gamma,
             tau=tau,
             exploration_noise=exploration_noise,
+            noise_type=noise_type,
             policy_frequency=1,  # no delayed policy updates
             target_policy_noise=0.0,  # no target policy smoothing
             target_noise_clip=0.0,

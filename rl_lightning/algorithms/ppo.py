@@ -109,7 +109,13 @@ class PPO(RLModule):
         activation: Hidden activation of the MLPs.
         orthogonal_init: Orthogonal initialization (the PPO convention of baselines, SB3 and CleanRL);
             ``False`` keeps PyTorch's default (SB3's ``ortho_init=False``, which its MuJoCo configs use).
-        log_std_init: Initial log standard deviation of the Gaussian policy (continuous actions).
+        log_std_init: Initial log standard deviation of the Gaussian policy (continuous actions); with
+            ``use_sde``, of the exploration matrices.
+        use_sde: Generalized state-dependent exploration (gSDE, ``GSDEHead``; continuous actions):
+            noise that is a linear function of the policy's features, one matrix per sub-env drawn at
+            the start of each rollout, instead of independent noise every step.
+        sde_sample_freq: With ``use_sde``: env steps between new exploration matrices within a
+            rollout; -1 only at the start of each rollout.
         normalize_obs: Normalize observations by running mean and std (statistics saved in
             checkpoints, frozen outside collection; ``forward`` takes raw observations).
         normalize_reward: Divide rewards by the running std of the discounted return (training only).
@@ -139,6 +145,8 @@ class PPO(RLModule):
         activation: Activation = "tanh",
         orthogonal_init: bool = True,
         log_std_init: float = 0.0,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
         normalize_obs: bool = False,
         normalize_reward: bool = False,
     ) -> None:
@@ -157,6 +165,9 @@ class PPO(RLModule):
         for name, value in (("vf_coef", vf_coef), ("ent_coef", ent_coef)):
             check(value >= 0, f"{name} must be >= 0, got {value}.")
         check(target_kl is None or target_kl > 0, f"target_kl must be > 0 or null, got {target_kl}.")
+        check(
+            sde_sample_freq == -1 or sde_sample_freq >= 1, f"sde_sample_freq must be -1 or >= 1, got {sde_sample_freq}."
+        )
         for name, value in (
             ("num_steps", num_steps),
             ("update_epochs", update_epochs),
@@ -178,6 +189,7 @@ class PPO(RLModule):
             hp.activation,
             orthogonal_init=hp.orthogonal_init,
             log_std_init=hp.log_std_init,
+            sde_sample_freq=hp.sde_sample_freq if hp.use_sde else None,
         )
         self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
         self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
@@ -194,6 +206,8 @@ class PPO(RLModule):
         opt = self.optimizers()
         logging = self.should_log()
         for _ in self.within_budget(iterations):
+            if hp.use_sde:
+                self.agent.head.reset_noise(self.env_config.num_envs)  # one exploration matrix per sub-env
             rollout = self.collect_rollout(self.agent)
             b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
             if hp.anneal_lr:

@@ -37,7 +37,7 @@ from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayConfig
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
-from rl_lightning.networks.continuous import QEnsemble, TanhGaussianActor, q_loss, to_env_units
+from rl_lightning.networks.continuous import GSDEActor, QEnsemble, TanhGaussianActor, q_loss, to_env_units
 from rl_lightning.networks.encoders import flat_dim
 from rl_lightning.networks.mlp import Activation, check_mlp_args
 from rl_lightning.networks.utils import polyak_update
@@ -80,6 +80,12 @@ class SAC(RLModule):
             fixes it.
         ent_coef_init: Initial alpha when tuned.
         target_entropy: Entropy target of the tuning; ``None`` means ``-|A|`` (action dimensions).
+        use_sde: Generalized state-dependent exploration (gSDE, ``GSDEActor``): noise that is a function
+            of the state, drawn anew per collection phase (and every ``sde_sample_freq`` steps), instead
+            of independent noise every step; for sparse-reward tasks (MountainCarContinuous).
+        sde_sample_freq: With ``use_sde``: collection steps between new exploration matrices; -1 only at
+            the start of each collection phase.
+        log_std_init: With ``use_sde``: the initial log-std of the exploration matrices.
         hidden_sizes: Hidden widths of the actor and of each critic.
         activation: Hidden activation of the MLPs.
     """
@@ -101,6 +107,9 @@ class SAC(RLModule):
         ent_coef: float | Literal["auto"] = "auto",
         ent_coef_init: float = 1.0,
         target_entropy: float | None = None,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        log_std_init: float = -3.0,
         hidden_sizes: tuple[int, ...] = (256, 256),
         activation: Activation = "relu",
     ) -> None:
@@ -115,6 +124,9 @@ class SAC(RLModule):
             f"ent_coef must be 'auto' or a number > 0, got {ent_coef!r}.",
         )
         check(ent_coef_init > 0, f"ent_coef_init must be > 0, got {ent_coef_init}.")
+        check(
+            sde_sample_freq == -1 or sde_sample_freq >= 1, f"sde_sample_freq must be -1 or >= 1, got {sde_sample_freq}."
+        )
         self.tune_alpha = ent_coef == "auto"
         log_alpha = torch.tensor(math.log(ent_coef_init if self.tune_alpha else float(ent_coef)))
         if self.tune_alpha:  # a parameter or a buffer: in the state_dict (and checkpoints) either way
@@ -122,11 +134,15 @@ class SAC(RLModule):
         else:
             self.register_buffer("log_alpha", log_alpha)
         self.num_updates = 0
+        self.sde_steps = 0  # collection steps, for sde_sample_freq
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
         obs_dim, act_dim = flat_dim(observation_space), int(action_space.shape[0])
-        self.actor = TanhGaussianActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
+        if hp.use_sde:
+            self.actor = GSDEActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation, hp.log_std_init)
+        else:
+            self.actor = TanhGaussianActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=2, activation=hp.activation)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.target_entropy = float(-act_dim if hp.target_entropy is None else hp.target_entropy)
@@ -139,7 +155,11 @@ class SAC(RLModule):
         return to_env_units(actions, self.action_low, self.action_high)
 
     def _explore(self, obs: Tensor) -> Tensor:
-        """Normalized sampled actions, for the collector."""
+        """Normalized sampled actions, for the collector (one row per sub-env)."""
+        if self.hparams.use_sde:
+            self.sde_steps += 1
+            if self.hparams.sde_sample_freq > 0 and self.sde_steps % self.hparams.sde_sample_freq == 0:
+                self.actor.reset_noise(len(obs))
         return self.actor.sample(obs.to(self.device))[0].to(obs.device)
 
     # --------------------------------------------------------------------------------- training
@@ -150,8 +170,12 @@ class SAC(RLModule):
         log = self.should_log()
         stats: list[Tensor] = []
         for _ in self.within_budget(iterations):
+            if hp.use_sde:
+                self.actor.reset_noise(self.env_config.num_envs)  # one exploration matrix per sub-env
             self.collect_phase(self._explore)
             for _ in range(self.replay_config.gradient_steps):
+                if hp.use_sde:
+                    self.actor.reset_noise()  # one matrix for this gradient step's batch, as in SB3
                 b = self.replay.sample()
                 actions_pi, log_pi = self.actor.sample(b.obs)
                 alpha = self.log_alpha.detach().exp()  # this step's alpha: the value before its update

@@ -39,6 +39,7 @@ from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayConfig
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
+from rl_lightning.exploration import NoiseType, action_noise
 from rl_lightning.networks.continuous import DeterministicActor, QEnsemble, q_loss, to_env_units
 from rl_lightning.networks.encoders import flat_dim
 from rl_lightning.networks.mlp import Activation, check_mlp_args
@@ -73,8 +74,11 @@ class TD3(RLModule):
         gamma: Discount factor, in (0, 1].
         tau: Polyak coefficient of the target networks (``target <- tau * online + (1 - tau) *
             target``; 1.0 copies).
-        exploration_noise: Std of the Gaussian noise added to the actor's actions during collection,
+        exploration_noise: Scale (sigma) of the noise added to the actor's actions during collection,
             relative to half the action range (0.1 adds 10 % of it).
+        noise_type: ``normal`` (i.i.d. Gaussian), ``ornstein_uhlenbeck`` (temporally correlated, reset
+            at episode ends) or ``pink`` (1/f colored noise over each episode); see
+            ``rl_lightning.exploration``. Stateful noise is saved with checkpoints.
         policy_frequency: Critic updates per actor and target update (TD3's delay).
         target_policy_noise: Std of the smoothing noise on the target actor's actions (relative to
             half the action range).
@@ -99,6 +103,7 @@ class TD3(RLModule):
         gamma: float = 0.99,
         tau: float = 0.005,
         exploration_noise: float = 0.1,
+        noise_type: NoiseType = "normal",
         policy_frequency: int = 2,
         target_policy_noise: float = 0.2,
         target_noise_clip: float = 0.5,
@@ -130,7 +135,10 @@ class TD3(RLModule):
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=self.n_critics, activation=hp.activation)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.replay = Replay(self.replay_config, gamma=hp.gamma, normalized_actions=True)
+        # A stateful noise process (None for i.i.d. Gaussian noise): buffers, so in checkpoints.
+        self.noise = action_noise(hp.noise_type, self.env_config.num_envs, act_dim, hp.exploration_noise)
+        on_episode_end = self.noise.reset if self.noise is not None else None
+        self.replay = Replay(self.replay_config, gamma=hp.gamma, normalized_actions=True, on_episode_end=on_episode_end)
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -139,8 +147,11 @@ class TD3(RLModule):
         return to_env_units(actions, self.action_low, self.action_high)
 
     def _explore(self, obs: Tensor) -> Tensor:
-        """Normalized noisy actions, for the collector."""
-        return self._noisy(self.actor(obs.to(self.device))).to(obs.device)
+        """Normalized noisy actions, for the collector (one row per sub-env)."""
+        actions = self.actor(obs.to(self.device))
+        if self.noise is not None:
+            return (actions + self.noise()).clamp(-1.0, 1.0).to(obs.device)
+        return self._noisy(actions).to(obs.device)
 
     def _noisy(self, actions: Tensor) -> Tensor:
         noise = torch.randn_like(actions) * self.hparams.exploration_noise

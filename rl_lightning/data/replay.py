@@ -447,6 +447,8 @@ class ReplayCollector:
         normalized_actions: Box actions only: the acting function returns actions in ``[-1, 1]``,
             which are stored as they are and rescaled to the env's bounds on their way to the env
             (SAC, TD3, DDPG: networks and replay work in ``[-1, 1]``, as in SB3). Needs finite bounds.
+        on_episode_end: Called after each vector step in which episodes ended, with the mask of the
+            sub-envs whose episode ended (a stateful exploration process resets them).
     """
 
     def __init__(
@@ -456,11 +458,13 @@ class ReplayCollector:
         device: torch.device,
         seed: int,
         normalized_actions: bool = False,
+        on_episode_end: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         self.envs, self.buffer, self.device = envs, buffer, device
         self.num_envs = envs.num_envs
         self.action_space = envs.single_action_space
         self.normalized_actions = normalized_actions
+        self.on_episode_end = on_episode_end
         if normalized_actions and not (
             isinstance(self.action_space, gym.spaces.Box) and self.action_space.is_bounded("both")
         ):
@@ -520,6 +524,8 @@ class ReplayCollector:
             self.buffer.add(self.obs, actions, rewards, real_next, terminated, truncated)
             self.obs = next_t
             self.episodes.record(infos)
+            if self.on_episode_end is not None and done.any():
+                self.on_episode_end(done)
 
 
 @dataclass
@@ -602,6 +608,7 @@ class Replay:
         prioritized_alpha: Proportional prioritized replay with this exponent; ``None``: uniform.
         normalized_actions: Box actions in ``[-1, 1]`` inside, rescaled to the env's bounds on their way
             to it (see ``ReplayCollector``).
+        on_episode_end: See ``ReplayCollector``.
     """
 
     def __init__(
@@ -612,8 +619,10 @@ class Replay:
         frame_stack: int = 1,
         prioritized_alpha: float | None = None,
         normalized_actions: bool = False,
+        on_episode_end: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         self.config = config
+        self.on_episode_end = on_episode_end
         self.buffer_kwargs: dict[str, Any] = {"n_step": n_step, "gamma": gamma, "frame_stack": frame_stack}
         self.prioritized_alpha = prioritized_alpha
         self.normalized_actions = normalized_actions
@@ -632,7 +641,12 @@ class Replay:
         if self.buffer is None:
             self.buffer = self._make_buffer(envs, seed)
         self.collector = ReplayCollector(
-            envs, self.buffer, self.buffer.device, seed, normalized_actions=self.normalized_actions
+            envs,
+            self.buffer,
+            self.buffer.device,
+            seed,
+            normalized_actions=self.normalized_actions,
+            on_episode_end=self.on_episode_end,
         )
         self.warmup_until = math.ceil(self.config.learning_starts / (envs.num_envs * world_size))
 

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_lightning.networks.mlp import Float32Linear, mlp
+from rl_lightning.networks.policies import GSDEHead
 
 # Bounds of the actor's log standard deviation (SB3's; CleanRL squashes to [-5, 2] instead).
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -67,6 +68,46 @@ class TanhGaussianActor(nn.Module):
         """``(actions, log_probs)``: a reparameterized sample (gradients flow through both)."""
         mean, log_std = self(obs)
         return tanh_gaussian_sample(mean, log_std, torch.randn_like(mean))
+
+    def mode(self, obs: Tensor) -> Tensor:
+        return torch.tanh(self(obs)[0])
+
+
+class GSDEActor(nn.Module):
+    """SAC's policy with generalized state-dependent exploration (gSDE; Raffin et al. 2022, "Smooth
+    Exploration for Robotic Reinforcement Learning", CoRL): the exploration noise is a linear function
+    of the actor's last hidden features, ``noise = h(s) W`` (``GSDEHead``), with ``W`` drawn anew only
+    now and then (``reset_noise``), so actions stay consistent across nearby states instead of
+    jittering each step: what sparse-reward tasks like MountainCarContinuous need. As in SB3 the mean
+    is clipped to [-2, 2] before the tanh.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden_sizes: tuple[int, ...],
+        activation: str = "relu",
+        log_std_init: float = -3.0,
+    ) -> None:
+        super().__init__()
+        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
+        self.head = GSDEHead(hidden_sizes[-1] if hidden_sizes else obs_dim, act_dim, log_std_init, orthogonal=False)
+
+    def reset_noise(self, n: int = 1) -> None:
+        """Draw ``n`` exploration matrices: one per sub-env for collection, one for a gradient step."""
+        self.head.reset_noise(n)
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(clipped mean, per-state log-std, detached features)``."""
+        mean, log_std, h = self.head(self.trunk(obs.flatten(1).float()).float())
+        return mean.float().clamp(-2.0, 2.0), log_std, h
+
+    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """``(actions, log_probs)`` with the current exploration matrices: the one matrix for every row,
+        or one per row (``reset_noise(len(obs))``, collection)."""
+        mean, log_std, h = self(obs)
+        return tanh_gaussian_sample(mean, log_std, self.head.noise(h) * (-log_std).exp())
 
     def mode(self, obs: Tensor) -> Tensor:
         return torch.tanh(self(obs)[0])

@@ -164,7 +164,7 @@ class DiagGaussianHead(nn.Module):
 
     @staticmethod
     def entropy(params: tuple[Tensor, Tensor]) -> Tensor:
-        _, log_std = params
+        log_std = params[1]
         return (log_std.float() + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
 
     @classmethod
@@ -172,15 +172,73 @@ class DiagGaussianHead(nn.Module):
         return cls.log_prob(params, actions), cls.entropy(params)
 
 
-def action_head(in_dim: int, action_space: gym.Space, orthogonal: bool = True, log_std_init: float = 0.0) -> nn.Module:
+class GSDEHead(DiagGaussianHead):
+    """Diagonal Gaussian with generalized state-dependent exploration (gSDE; Raffin et al. 2022,
+    "Smooth Exploration for Robotic Reinforcement Learning", CoRL), SB3's ``use_sde`` for PPO.
+
+    The exploration noise is a linear function of the policy's features, ``noise = h(s) W``, with one
+    matrix ``W ~ N(0, exp(log_std)^2)`` per sub-env drawn at the start of each rollout (and every
+    ``sample_freq`` samples): nearby states get consistent pushes instead of independent jitter. The
+    Gaussian the loss sees has the per-state std ``sqrt(h^2 @ exp(log_std)^2)`` (features detached,
+    ``log_std`` a ``[features, actions]`` parameter). Returns ``(mean, log_std(s), features)``.
+    """
+
+    def __init__(
+        self, in_dim: int, action_dim: int, log_std_init: float = 0.0, orthogonal: bool = True, sample_freq: int = -1
+    ) -> None:
+        super().__init__(in_dim, action_dim, log_std_init, orthogonal)
+        self.log_std = nn.Parameter(torch.full((in_dim, action_dim), log_std_init))
+        self.sample_freq = sample_freq
+        self.register_buffer("eps", torch.zeros(1, in_dim, action_dim), persistent=False)
+        self.reset_noise()
+
+    def reset_noise(self, n: int = 1) -> None:
+        """Draw ``n`` exploration matrices (one per sub-env), in standard-normal units."""
+        self.eps = torch.randn(n, *self.log_std.shape, device=self.log_std.device)
+        self.samples = 0
+
+    def forward(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        mean = self.linear(features)
+        h = features.detach().float()
+        variance = h.pow(2) @ self.log_std.exp().pow(2)
+        return mean, 0.5 * torch.log(variance + 1e-6), h
+
+    def noise(self, h: Tensor) -> Tensor:
+        """``h W``: one matrix for every row, or one per row. Differentiable in ``log_std``."""
+        w = self.log_std.exp() * self.eps
+        return h @ w[0] if len(w) == 1 else torch.bmm(h.unsqueeze(1), w).squeeze(1)
+
+    def sample(self, params: tuple[Tensor, Tensor, Tensor]) -> Tensor:  # type: ignore[override]
+        mean, _, h = params
+        if len(self.eps) not in (1, len(h)) or (self.sample_freq > 0 and self.samples >= self.sample_freq):
+            self.reset_noise(len(h))
+        self.samples += 1
+        return mean + self.noise(h)
+
+
+def action_head(
+    in_dim: int,
+    action_space: gym.Space,
+    orthogonal: bool = True,
+    log_std_init: float = 0.0,
+    sde_sample_freq: int | None = None,
+) -> nn.Module:
     """The policy head for an action space: categorical (``Discrete``), factored categorical
-    (``MultiDiscrete``), Bernoulli (``MultiBinary``) or diagonal Gaussian (``Box``)."""
+    (``MultiDiscrete``), Bernoulli (``MultiBinary``) or diagonal Gaussian (``Box``; with gSDE where
+    ``sde_sample_freq`` is given)."""
+    if sde_sample_freq is not None and not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(
+            f"use_sde (state-dependent exploration) is for continuous (Box) actions; this env's are {action_space}. "
+            "Set use_sde: false."
+        )
     if isinstance(action_space, gym.spaces.Discrete):
         return CategoricalHead(in_dim, int(action_space.n), orthogonal)
     if isinstance(action_space, gym.spaces.MultiDiscrete):
         return MultiCategoricalHead(in_dim, list(np.asarray(action_space.nvec).ravel()), orthogonal)
     if isinstance(action_space, gym.spaces.MultiBinary):
         return BernoulliHead(in_dim, int(np.prod(action_space.shape)), orthogonal)
+    if isinstance(action_space, gym.spaces.Box) and sde_sample_freq is not None:
+        return GSDEHead(in_dim, int(np.prod(action_space.shape)), log_std_init, orthogonal, sde_sample_freq)
     if isinstance(action_space, gym.spaces.Box):
         return DiagGaussianHead(in_dim, int(np.prod(action_space.shape)), log_std_init, orthogonal)
     raise ConfigError(f"Action space {action_space} is not supported by ActorCritic.")
@@ -207,6 +265,8 @@ class ActorCritic(nn.Module):
         orthogonal_init: Orthogonal initialization (hidden layers gain sqrt(2), policy head 0.01, value
             head 1); ``False`` keeps PyTorch's default (SB3's ``ortho_init=False``).
         log_std_init: Initial log standard deviation of a Gaussian policy.
+        sde_sample_freq: ``None``: independent Gaussian noise; otherwise gSDE (``GSDEHead``) with new
+            exploration matrices every ``sde_sample_freq`` samples (-1: only by ``head.reset_noise``).
     """
 
     def __init__(
@@ -218,6 +278,7 @@ class ActorCritic(nn.Module):
         critic: bool = True,
         orthogonal_init: bool = True,
         log_std_init: float = 0.0,
+        sde_sample_freq: int | None = None,
     ) -> None:
         super().__init__()
         ortho = orthogonal_init
@@ -233,7 +294,7 @@ class ActorCritic(nn.Module):
                 mlp(obs_dim, hidden_sizes, 1, activation=activation, orthogonal=ortho, out_std=1.0) if critic else None
             )
             feat_dim = hidden_sizes[-1] if hidden_sizes else obs_dim
-        self.head = action_head(feat_dim, action_space, ortho, log_std_init)
+        self.head = action_head(feat_dim, action_space, ortho, log_std_init, sde_sample_freq)
 
     def _encode(self, obs: Tensor) -> Tensor:
         return self.encoder(obs) if self.encoder is not None else obs.flatten(1).float()
