@@ -142,6 +142,13 @@ class RLCLI(LightningCLI):
             trainer.callbacks.append(CompileNetworks())
         return trainer
 
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Trainer:
+        # --trainer.enable_checkpointing false turns off the CLI's two checkpoint callbacks too (Lightning
+        # would refuse them: "configured with enable_checkpointing=False but found ModelCheckpoint").
+        if config.get("enable_checkpointing") is False:
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        return super()._instantiate_trainer(config, callbacks)
+
     def _parse_ckpt_path(self) -> None:
         """Resolve and check ``--ckpt_path`` (``_continue_run``), then, only where no model is configured
         (``rl-lightning validate --ckpt_path x.ckpt`` alone), take the model's class and hyperparameters
@@ -222,7 +229,7 @@ class RLCLI(LightningCLI):
         if not trainer.is_global_zero:
             return
         lines = []
-        if log_dir is not None:
+        if trainer.logger is not None and log_dir is not None:  # without a logger log_dir is the cwd
             lines.append(f"Run: {log_dir} (tensorboard --logdir {Path(log_dir).parent.parent})")
         for cb in trainer.checkpoint_callbacks:
             if isinstance(cb, LastCheckpoint):  # keeps its one file as its "best"

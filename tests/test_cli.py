@@ -137,3 +137,17 @@ def test_16_mixed_on_cpu_is_refused_with_a_clear_message(tmp_path):
     assert out.returncode != 0
     assert "precision='16-mixed'" in out.stderr and "not supported on CPU" in out.stderr
     assert "bf16-mixed" in out.stderr
+
+
+def test_fit_without_logger_or_checkpoints(tmp_path):
+    out = cli(
+        "fit",
+        *("--config", str(ROOT / "configs/ppo/cartpole.yaml")),
+        *("--model.run.total_env_steps", "512", "--model.run.env_steps_per_epoch", "256"),
+        *("--model.run.eval_episodes", "1", "--trainer.enable_progress_bar", "false"),
+        *("--trainer.logger", "false", "--trainer.enable_checkpointing", "false"),
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Run:" not in out.stdout and "checkpoint" not in out.stdout.lower()
+    assert not any(tmp_path.rglob("*.ckpt"))
