@@ -48,7 +48,7 @@ def make_model(cls: type, init: dict[str, Any], **overrides: Any) -> Any:
         fields = {f.name for f in dataclasses.fields(config_cls)}
         given = {**(init.get(name) or {}), **{k: overrides.pop(k) for k in list(overrides) if k in fields}}
         args[name] = dataclasses.replace(params[name].default, **given)
-    return cls(**args, **overrides)
+    return cls(**{**args, **overrides})
 
 
 def quiet_trainer(**kwargs: Any) -> Any:

@@ -5,6 +5,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
+    python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
 
 Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
 Reported per run: training env-steps/s (evaluation time excluded), wall time to the first evaluation
@@ -126,6 +127,31 @@ SPECS: dict[str, Spec] = {
         sb3_kwargs=dict(learning_starts=10_000),
         n_envs=1,
     ),
+    # PPO on MuJoCo at 1M env steps (mujoco extra; ~10 min per library here): the zoo's Hopper
+    # hyperparameters, VecNormalize with the algorithm's gamma as the zoo does.
+    "ppo_hopper": Spec(
+        config="configs/ppo/hopper.yaml",
+        env_id="Hopper-v5",
+        total_env_steps=1_000_000,
+        eval_every=50_000,
+        threshold=2410,
+        sb3_algo="PPO",
+        sb3_kwargs=dict(
+            normalize=True,
+            batch_size=32,
+            n_steps=512,
+            gamma=0.999,
+            learning_rate=9.80828e-05,
+            ent_coef=0.00229519,
+            clip_range=0.2,
+            n_epochs=5,
+            gae_lambda=0.99,
+            max_grad_norm=0.7,
+            vf_coef=0.835671,
+            policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn="relu", net_arch=[256, 256]),
+        ),
+        n_envs=1,
+    ),
     "td3": Spec(
         config="configs/td3/pendulum.yaml",
         env_id="Pendulum-v1",
@@ -223,6 +249,7 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.utils import get_linear_fn
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
     kwargs = dict(spec.sb3_kwargs)
     if "action_noise_std" in kwargs:
@@ -237,6 +264,14 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
             kwargs[key] = get_linear_fn(start, 0.0, 1.0)
     env = make_vec_env(spec.env_id, n_envs=spec.n_envs, seed=seed)
     eval_env = make_vec_env(spec.env_id, n_envs=1, seed=seed + 1_000_000)
+    if kwargs.pop("normalize", False):  # the zoo's VecNormalize; evaluation with the training statistics, frozen
+        env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+    policy_kwargs = kwargs.get("policy_kwargs", {})
+    if policy_kwargs.get("activation_fn") == "relu":
+        import torch
+
+        policy_kwargs["activation_fn"] = torch.nn.ReLU
     model = getattr(sb3, spec.sb3_algo)("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
 
     class Clock(BaseCallback):
@@ -255,6 +290,8 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
 
         def evaluate(self) -> None:
             v0 = time.perf_counter()
+            if isinstance(eval_env, VecNormalize):
+                sync_envs_normalization(self.training_env, eval_env)
             mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
             self.curve.append((v0 - self.t0 - self.eval_time, self.num_timesteps, float(mean)))
             self.eval_time += time.perf_counter() - v0

@@ -3,7 +3,9 @@
     python benchmarks/learning.py                              # classic control, seeds 0 1 2, 2 runs at a time
     python benchmarks/learning.py --configs users              # FrozenLake, GridReach, LunarLander
     python benchmarks/learning.py --configs mujoco             # PPO on MuJoCo at 1M env steps
+    python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
+    python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
 
 Each run is a fresh subprocess with one torch thread, trained exactly as `rl-lightning fit --config
 configs/<name>.yaml --seed_everything SEED` would (the config's model arguments; Lightning Trainer),
@@ -56,8 +58,14 @@ MUJOCO: dict[str, float] = {
     "ppo/walker2d": 3479,
     "ppo/ant": 1327,
 }
-THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO}
-GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO}
+# Sparse reward: exploration that drifts (gSDE, Ornstein-Uhlenbeck); thresholds: gymnasium's (90).
+EXPLORATION: dict[str, float] = {
+    "ppo/mountaincarcontinuous": 90,
+    "sac/mountaincarcontinuous": 90,
+    "td3/mountaincarcontinuous": 90,
+}
+THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION}
+GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION}
 
 
 def _round(value: float) -> float:
@@ -65,15 +73,24 @@ def _round(value: float) -> float:
     return round(value, 1 if abs(value) >= 10 else 3)
 
 
-def run(config: str, seed: int) -> dict[str, Any]:
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["double_q=true", "learning_rate=1e-3"]`` -> model arguments (values read as YAML)."""
+    import yaml
+
+    pairs = [item.split("=", 1) for item in items]
+    return {key: yaml.safe_load(value) for key, value in pairs}
+
+
+def run(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:
     import lightning  # noqa: F401  (imports stay outside the wall clock)
     from compare import fit_config
 
     t0 = time.perf_counter()
-    env_steps, curve, _ = fit_config(f"configs/{config}.yaml", seed)
+    env_steps, curve, _ = fit_config(f"configs/{config}.yaml", seed, **parse_overrides(overrides))
     solved = next(((t, s) for t, s, r in curve if r >= THRESHOLDS[config]), (None, None))
     return {
         "config": config,
+        "set": overrides,
         "seed": seed,
         "env_steps": env_steps,
         "final": _round(curve[-1][2]),
@@ -81,10 +98,11 @@ def run(config: str, seed: int) -> dict[str, Any]:
         "solve_steps": solved[1],
         "solve_s": None if solved[0] is None else round(solved[0], 1),
         "wall_s": round(time.perf_counter() - t0, 1),
+        "curve": [(steps, round(ret, 3)) for _, steps, ret in curve],  # (env steps, eval return)
     }
 
 
-def launch(config: str, seed: int) -> dict[str, Any]:
+def launch(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -92,7 +110,11 @@ def launch(config: str, seed: int) -> dict[str, Any]:
         "MKL_NUM_THREADS": "1",
     }
     out = subprocess.run(
-        [sys.executable, __file__, "--child", config, str(seed)], capture_output=True, text=True, env=env, check=False
+        [sys.executable, __file__, "--child", config, str(seed), *(f"--set={o}" for o in overrides)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     if out.returncode != 0:
         raise RuntimeError(f"{config} seed {seed} failed:\n{out.stderr[-3000:]}")
@@ -111,33 +133,113 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     p.add_argument("--json", type=Path, help="also write all results here")
+    p.add_argument("--plot", type=Path, help="also plot the curves (mean, min-max band, reference) to this PNG")
+    p.add_argument("--from-json", type=Path, help="report (and plot) the results a --json run wrote; run nothing")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="ARG=VALUE",
+        help="override a model argument of every config (YAML value; run and replay fields by name), repeatable",
+    )
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         import torch
 
         torch.set_num_threads(1)
-        print(json.dumps(run(args.child[0], int(args.child[1]))))
+        print(json.dumps(run(args.child[0], int(args.child[1]), args.set)))
         return
 
     configs = [c for name in args.configs.split(",") for c in (GROUPS[name] if name in GROUPS else [name])]
-    jobs = [(c, s) for c in configs for s in args.seeds]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda job: launch(*job), jobs))
-    print(
-        "\n| config | threshold | seed | env steps | final eval | best eval | first >= threshold at "
-        "| train s to it | fit wall s |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if args.from_json:
+        results = json.loads(args.from_json.read_text())
+    else:
+        jobs = [(c, s) for c in configs for s in args.seeds]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(lambda job: launch(*job, args.set), jobs))
+    print(per_run_table(results))
+    print()
+    print(summary_table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.plot:
+        plot_curves(results, args.plot)
+
+
+def label(result: dict[str, Any]) -> str:
+    """The config and the overrides it ran with."""
+    extra = " ".join(result.get("set") or [])
+    return f"`configs/{result['config']}.yaml`" + (f" {extra}" if extra else "")
+
+
+def per_run_table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| config | threshold | seed | env steps | final eval | best eval | first >= threshold at | train s to it "
+        "| fit wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         steps = "-" if r["solve_steps"] is None else f"{r['solve_steps']:,}"
-        print(
-            f"| `configs/{r['config']}.yaml` | {THRESHOLDS[r['config']]:g} | {r['seed']} | {r['env_steps']:,} | "
+        lines.append(
+            f"| {label(r)} | {THRESHOLDS[r['config']]:g} | {r['seed']} | {r['env_steps']:,} | "
             f"{r['final']} | {r['best']} | {steps} | "
             f"{'-' if r['solve_s'] is None else r['solve_s']} | {r['wall_s']} |"
         )
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    return "\n".join(lines)
+
+
+def summary_table(results: list[dict[str, Any]]) -> str:
+    """Per config: final return over seeds as mean and IQM with 95 % bootstrap confidence intervals."""
+    from rl_lightning.plotting import score_summary
+
+    lines = [
+        "| config | seeds | final: mean [95 % CI] | final: IQM [95 % CI] | best: mean | reference |",
+        "|---|---:|---|---|---:|---:|",
+    ]
+    for name in dict.fromkeys(label(r) for r in results):
+        runs = [r for r in results if label(r) == name]
+        config = runs[0]["config"]
+        final = score_summary([r["final"] for r in runs])
+        best = sum(r["best"] for r in runs) / len(runs)
+        lines.append(
+            f"| {name} | {len(runs)} | {final['mean']:.1f} [{final['mean_ci'][0]:.1f}, "
+            f"{final['mean_ci'][1]:.1f}] | {final['iqm']:.1f} [{final['iqm_ci'][0]:.1f}, {final['iqm_ci'][1]:.1f}] | "
+            f"{best:.1f} | {THRESHOLDS[config]:g} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_curves(results: list[dict[str, Any]], out_png: Path) -> None:
+    """One panel per config: the mean evaluation return over seeds against env steps, the min-max band,
+    and the reference (threshold) as a dashed line."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from rl_lightning.plotting import aggregate
+
+    configs = list(dict.fromkeys(r["config"] for r in results if r.get("curve")))
+    fig = Figure(figsize=(4.2 * len(configs), 3.4))
+    for ax, config in zip(np.atleast_1d(fig.subplots(1, len(configs))), configs, strict=True):
+        runs = [r for r in results if r["config"] == config and r.get("curve")]
+        for variant in dict.fromkeys(" ".join(r.get("set") or []) for r in runs):  # one line per --set
+            curves = [
+                (np.array([s for s, _ in r["curve"]]), np.array([v for _, v in r["curve"]]))
+                for r in runs
+                if " ".join(r.get("set") or []) == variant
+            ]
+            steps, mean, low, high = aggregate(curves, "minmax")
+            (line,) = ax.plot(steps, mean, label=f"rl_lightning {variant} ({len(curves)} seeds)".replace("  ", " "))
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
+        ax.axhline(THRESHOLDS[config], color="gray", linestyle="--", label=f"reference {THRESHOLDS[config]:g}")
+        ax.set_title(config)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("eval return")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+    print(out_png)
 
 
 if __name__ == "__main__":

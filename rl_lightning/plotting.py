@@ -124,6 +124,27 @@ def aggregate(
     return grid, mean, values.min(0), values.max(0)
 
 
+def score_summary(scores: Sequence[float], confidence: float = 0.95, seed: int = 0) -> dict[str, Any]:
+    """Mean and interquartile mean (IQM: the mean of the middle 50 %, Agarwal et al. 2021, "Deep RL at
+    the Edge of the Statistical Precipice") of per-run scores, each with a percentile bootstrap
+    confidence interval over runs: rliable's estimators for a single task, computed with scipy.stats
+    (rliable 1.2.0 installs but fails to import with pandas 3: its ``arch`` dependency breaks). With
+    fewer than 4 runs the IQM trims nothing and equals the mean."""
+    from scipy import stats
+
+    x = np.asarray(scores, dtype=np.float64)
+    out: dict[str, Any] = {"runs": len(x), "mean": float(x.mean()), "iqm": float(stats.trim_mean(x, 0.25))}
+    for name, statistic in (("mean", np.mean), ("iqm", lambda v, axis: stats.trim_mean(v, 0.25, axis=axis))):
+        if len(x) < 2 or np.all(x == x[0]):
+            out[f"{name}_ci"] = (out[name], out[name])
+            continue
+        ci = stats.bootstrap(
+            (x,), statistic, confidence_level=confidence, n_resamples=10_000, method="percentile", random_state=seed
+        ).confidence_interval
+        out[f"{name}_ci"] = (float(ci.low), float(ci.high))
+    return out
+
+
 def plot_learning_curves(
     run_dirs: Sequence[PathLike] | Mapping[str, Sequence[PathLike]],
     out_png: PathLike | None = None,

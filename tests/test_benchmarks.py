@@ -87,3 +87,42 @@ def test_compare_script_runs_ours_and_the_plain_torch_ppo_on_a_tiny_budget() -> 
             assert r["env_steps"] >= 512 and r["env_steps_per_s"] > 0, runner
     finally:
         torch.set_num_threads(threads)
+
+
+def test_learning_report_gives_mean_and_iqm_with_intervals_and_plots_the_curves(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        learning = importlib.import_module("learning")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    results = [
+        {
+            "config": "ppo/hopper",
+            "seed": s,
+            "env_steps": 1000,
+            "final": f,
+            "best": f,
+            "solve_steps": None,
+            "solve_s": None,
+            "wall_s": 1.0,
+            "curve": [(500, f / 2), (1000, f)],
+        }
+        for s, f in enumerate([2000.0, 2600.0, 3200.0, 2900.0])
+    ]
+    table = learning.summary_table(results)
+    assert "| `configs/ppo/hopper.yaml` | 4 | 2675.0 [" in table and "| 2410 |" in table  # the zoo's reference
+    learning.plot_curves(results, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_make_model_overrides_replace_the_configs_own_values() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        common = importlib.import_module("common")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from rl_lightning import DQN, EnvConfig
+
+    init = {"env": EnvConfig(env_id="CartPole-v1"), "learning_rate": 2.5e-4, "run": {"total_env_steps": 500}}
+    model = common.make_model(DQN, init, learning_rate=1e-3, total_env_steps=800)
+    assert model.hparams.learning_rate == 1e-3 and model.total_env_steps == 800
