@@ -15,6 +15,7 @@ whole or not at all, but no rename exists there to make a local-disk guarantee.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 import random
@@ -108,6 +109,18 @@ def newest_loadable(candidates: list[Path]) -> tuple[Path | None, list[Path]]:
             return path, unreadable
         unreadable.append(path)
     return None, unreadable
+
+
+def plain_hyperparameters(hparams: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """Make a checkpoint's hyperparameters plain containers, so ``torch.load(weights_only=True)`` reads
+    them: dataclass configs become dicts, and those in ``resolved`` (name -> config or None) replace
+    the arguments as given."""
+    for key, value in hparams.items():
+        if dataclasses.is_dataclass(value):
+            hparams[key] = dataclasses.asdict(value)
+    for key, config in resolved.items():
+        if key in hparams and config is not None:
+            hparams[key] = dataclasses.asdict(config)
 
 
 def rng_state() -> dict[str, Any]:

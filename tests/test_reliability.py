@@ -126,6 +126,28 @@ def test_planted_nan_stops_the_run_naming_step_loss_and_last_good_checkpoint(tmp
     assert all(torch.isfinite(t).all() for t in good["state_dict"].values())
 
 
+def test_a_checkpoint_saved_every_step_never_holds_the_diverged_weights(tmp_path):
+    # The check runs as a callback before the checkpoint callbacks of the same training step.
+    model = build(
+        NaNAfter,
+        nan_at=768,
+        env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
+        total_env_steps=4096,
+        num_steps=64,
+        num_minibatches=2,
+        update_epochs=1,
+        env_steps_per_epoch=512,
+        eval_episodes=1,
+    )
+    every_step = ModelCheckpoint(dirpath=tmp_path, filename="step", every_n_train_steps=1, save_on_exception=False)
+    trainer = quick_trainer(callbacks=[every_step], enable_checkpointing=True)
+    with pytest.raises(DivergenceError, match=r"step\.ckpt"):
+        trainer.fit(model)
+    good = torch.load(tmp_path / "step.ckpt", weights_only=True)
+    assert good["rl_lightning"]["env_steps"] == 512  # the step before the NaN rollout
+    assert all(torch.isfinite(t).all() for t in good["state_dict"].values())
+
+
 class FaultyEnv(gym.Env):
     """20-step episodes; the simulator fails on the 30th reset of an instance (its env step 580)."""
 

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import random
 import time
@@ -30,20 +29,28 @@ import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric, Metric
 
-from rl_lightning.checkpointing import install_atomic_checkpoints, install_replay_side_files, rng_state, set_rng_state
+from rl_lightning.callbacks.divergence import DivergenceCheck
+from rl_lightning.checkpointing import (
+    install_atomic_checkpoints,
+    install_replay_side_files,
+    plain_hyperparameters,
+    rng_state,
+    set_rng_state,
+)
 from rl_lightning.config import DEFAULT_RUN, ConfigT, RunConfig, as_config, resolve_config
 from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.data.replay import Replay, ReplayConfig
 from rl_lightning.data.rollout import Policy, Rollout, Rollouts
 from rl_lightning.envs.make import EnvConfig, check_env_id, make_vector_env
 from rl_lightning.envs.spaces import to_env_actions_tensor
-from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, check
+from rl_lightning.errors import CollectionError, ConfigError, check, naming_env_faults
 from rl_lightning.evaluation import eval_seeds, play_episodes
 from rl_lightning.export import export_policy
 from rl_lightning.networks.encoders import has_images
@@ -165,26 +172,8 @@ class RLModule(L.LightningModule):
     def _build(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         if getattr(self, "_built", False):
             return
-        name, env_id = type(self).__name__, self.env_config.env_id
-        if not isinstance(action_space, self.action_spaces):
-            handles = [s.__name__ for s in self.action_spaces]
-            others = sorted(c.__name__ for c in _algorithms() if isinstance(action_space, c.action_spaces))
-            hint = f" For {type(action_space).__name__} actions use {', '.join(others)}." if others else ""
-            raise ConfigError(
-                f"{name} cannot handle the action space {action_space} of {env_id!r}; it supports {handles}.{hint}"
-            )
-        if not self.image_observations and has_images(observation_space):
-            others = sorted(c.__name__ for c in _algorithms() if c.image_observations)
-            raise ConfigError(
-                f"{name} has no image encoder (its networks are MLPs on flat observations), and {env_id!r} observes "
-                f"images ({observation_space}). Use {', '.join(others)} (Nature CNN), or give it flat observations."
-            )
+        check_spaces(type(self), observation_space, action_space, self.env_config.env_id)
         if isinstance(action_space, gym.spaces.Box):
-            if self.bounded_actions and not (len(action_space.shape) == 1 and action_space.is_bounded("both")):
-                raise ConfigError(
-                    f"{name} needs a 1-D Box action space with finite bounds (actions are squashed into them), got "
-                    f"{action_space} of {env_id!r}; wrap the env with gymnasium's ClipAction/RescaleAction."
-                )
             # Not persistent: derived from the env, so checkpoints hold only what training changes.
             for key, bound in (("action_low", action_space.low), ("action_high", action_space.high)):
                 self.register_buffer(key, torch.as_tensor(bound, dtype=torch.float32), persistent=False)
@@ -250,7 +239,7 @@ class RLModule(L.LightningModule):
     def _collect(self, side: Any, arg: Any) -> Any:
         for attempt in range(MAX_ENV_RESTARTS + 1):
             try:
-                with self._naming_env_faults("Experience collection"):
+                with naming_env_faults("Experience collection", self.env_config.env_id, self.env_steps):
                     if not side.started:
                         seed = self.rank_seed + 1_000_003 * self.env_restarts  # new episodes after a restart
                         side.start(self.envs, self.device, seed, self.trainer.world_size)
@@ -272,16 +261,6 @@ class RLModule(L.LightningModule):
         self.env_restarts += 1
         self.envs = make_vector_env(self.env_config, device=self.device)
 
-    @contextlib.contextmanager
-    def _naming_env_faults(self, what: str) -> Iterator[None]:
-        """Name the env and the env step when env interaction fails; ``LastCheckpoint`` then saves."""
-        try:
-            yield
-        except Exception as e:
-            raise CollectionError(
-                f"{what} on {self.env_config.env_id!r} failed at env step {self.env_steps}: {type(e).__name__}: {e}"
-            ) from e
-
     # --------------------------------------------------------------------------- training loop
     def on_fit_start(self) -> None:
         # Denormal floats (Adam's moments of ReLU units that stopped getting gradient decay into them)
@@ -298,30 +277,12 @@ class RLModule(L.LightningModule):
             )
             self.trainer.should_stop = True
 
+    def configure_callbacks(self) -> list[Callback]:
+        return [DivergenceCheck()]
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._check_finite(outputs.get("loss") if isinstance(outputs, dict) else outputs)
         if self.env_steps >= self.total_env_steps:
             self.trainer.should_stop = True  # Lightning runs validation once more, then ends fit
-
-    def _check_finite(self, loss: Tensor | None) -> None:
-        """Once per training step (one sync): stop on a non-finite loss or parameter. A parameter norm is
-        non-finite if an entry is, or if it overflows, which the exact check then tells apart."""
-        params = list(self.parameters())
-        finite = torch.stack(torch._foreach_norm(params)).isfinite().all()
-        if loss is not None:
-            finite = finite & loss.isfinite().all()
-        loss_ok = loss is None or bool(loss.isfinite().all())
-        if bool(finite) or (loss_ok and all(bool(p.isfinite().all()) for p in params)):
-            return
-        good = [cb.last_model_path or cb.best_model_path for cb in self.trainer.checkpoint_callbacks]
-        good = [p for p in good if p]
-        raise DivergenceError(
-            f"{type(self).__name__} diverged at env step {self.env_steps} (optimizer step {self.trainer.global_step}): "
-            f"{'loss = ' + str(loss.tolist()) if loss is not None else 'loss finite'}"
-            f"{', a parameter is non-finite' if loss_ok else ''}. Last good checkpoint: "
-            f"{good[-1] if good else 'none written yet'}. Lower the learning rate or tighten max_grad_norm, "
-            "then resume from it with --ckpt_path."
-        )
 
     def should_log(self) -> bool:
         """True on the training steps whose metrics reach the logger (``Trainer(log_every_n_steps)``):
@@ -395,7 +356,7 @@ class RLModule(L.LightningModule):
 
     def _evaluate(self, seeds: list[int], prefix: str) -> None:
         if seeds:
-            with self._naming_env_faults("Evaluation"):
+            with naming_env_faults("Evaluation", self.env_config.env_id, self.env_steps):
                 returns, lengths = self.play_episodes(seeds)
             self.eval_return.update(torch.as_tensor(returns, dtype=torch.float32, device=self.device))
             self.eval_length.update(torch.as_tensor(lengths, dtype=torch.float32, device=self.device))
@@ -432,16 +393,10 @@ class RLModule(L.LightningModule):
         if self.replay is not None and self.replay.config.save_replay_buffer and self.replay.buffer is not None:
             state["replay_buffer"] = self.replay.state_dict()
         checkpoint["rl_lightning"] = state
-        # Only plain containers in checkpoints, so torch.load(weights_only=True) reads them.
-        hparams = checkpoint.get("hyper_parameters", {})
-        for key, value in hparams.items():
-            if dataclasses.is_dataclass(value):
-                hparams[key] = dataclasses.asdict(value)
         # The configs as resolved (the env seed drawn in setup, the algorithm's defaults filled in), so a
         # reload does not depend on the defaults of the code that loads it.
-        for key, config in (("env", self.env_config), ("run", self.run_config), ("replay", self.replay_config)):
-            if key in hparams and config is not None:
-                hparams[key] = dataclasses.asdict(config)
+        resolved = {"env": self.env_config, "run": self.run_config, "replay": self.replay_config}
+        plain_hyperparameters(checkpoint.get("hyper_parameters", {}), resolved)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rl_lightning", {})
@@ -464,6 +419,32 @@ def linear_schedule(start: float, end: float, duration: float, t: float) -> floa
     if duration <= 0:
         return end
     return start + (end - start) * min(t / duration, 1.0)
+
+
+def check_spaces(algorithm: type[RLModule], observation_space: gym.Space, action_space: gym.Space, env_id: str) -> None:
+    """Refuse, with the way forward, spaces ``algorithm`` cannot train on: an action space it does not
+    handle (naming the algorithms that do), images without an image encoder, unbounded Box actions
+    for an algorithm that squashes into the bounds."""
+    name = algorithm.__name__
+    if not isinstance(action_space, algorithm.action_spaces):
+        handles = [s.__name__ for s in algorithm.action_spaces]
+        others = sorted(c.__name__ for c in _algorithms() if isinstance(action_space, c.action_spaces))
+        hint = f" For {type(action_space).__name__} actions use {', '.join(others)}." if others else ""
+        raise ConfigError(
+            f"{name} cannot handle the action space {action_space} of {env_id!r}; it supports {handles}.{hint}"
+        )
+    if not algorithm.image_observations and has_images(observation_space):
+        others = sorted(c.__name__ for c in _algorithms() if c.image_observations)
+        raise ConfigError(
+            f"{name} has no image encoder (its networks are MLPs on flat observations), and {env_id!r} observes "
+            f"images ({observation_space}). Use {', '.join(others)} (Nature CNN), or give it flat observations."
+        )
+    box = isinstance(action_space, gym.spaces.Box)
+    if algorithm.bounded_actions and box and not (len(action_space.shape) == 1 and action_space.is_bounded("both")):
+        raise ConfigError(
+            f"{name} needs a 1-D Box action space with finite bounds (actions are squashed into them), got "
+            f"{action_space} of {env_id!r}; wrap the env with gymnasium's ClipAction/RescaleAction."
+        )
 
 
 def _algorithms() -> list[type[RLModule]]:

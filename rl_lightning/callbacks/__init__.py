@@ -1,6 +1,7 @@
 from rl_lightning.callbacks.checkpoint import LastCheckpoint
 from rl_lightning.callbacks.compile import CompileNetworks
+from rl_lightning.callbacks.divergence import DivergenceCheck
 from rl_lightning.callbacks.progress import RLProgressBar
 from rl_lightning.callbacks.video import RecordEpisodes
 
-__all__ = ["CompileNetworks", "LastCheckpoint", "RLProgressBar", "RecordEpisodes"]
+__all__ = ["CompileNetworks", "DivergenceCheck", "LastCheckpoint", "RLProgressBar", "RecordEpisodes"]
