@@ -2,7 +2,9 @@
 
     python benchmarks/learning.py                              # classic control, seeds 0 1 2, 2 runs at a time
     python benchmarks/learning.py --configs users              # FrozenLake, GridReach, LunarLander
-    python benchmarks/learning.py --configs mujoco             # PPO on MuJoCo at 1M env steps
+    python benchmarks/learning.py --configs mujoco             # PPO, SAC, TD3 on MuJoCo at 1M env steps
+    python benchmarks/learning.py --configs ppo/hopper,ppo/halfcheetah,ppo/walker2d --plot curves.png
+    python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
@@ -11,8 +13,9 @@ Each run is a fresh subprocess with one torch thread, trained exactly as `rl-lig
 configs/<name>.yaml --seed_everything SEED` would (the config's model arguments; Lightning Trainer),
 except that every evaluation plays 20 deterministic episodes. Reported per run: the final and best
 evaluation return, the env steps and training time (evaluation excluded) to the first evaluation at
-or above the threshold (gymnasium's CartPole threshold,
-SB3-zoo levels for Pendulum), and the whole fit's wall time. Prints a markdown table.
+or above the threshold (gymnasium's thresholds, SB3-zoo levels for Pendulum and MuJoCo), and the
+whole fit's wall time. Prints a markdown table per run and the mean and IQM over seeds with bootstrap
+confidence intervals.
 """
 
 from __future__ import annotations
@@ -50,13 +53,21 @@ USERS: dict[str, float] = {
     "dqn/lunarlander": 200,
     "ppo/lunarlander": 200,
 }
-# MuJoCo at the budget the field publishes (1M env steps); thresholds: the SB3 zoo's PPO results (v3 envs,
-# one run each, benchmark.md). `mujoco` extra.
+# MuJoCo at the budget the field publishes (1M env steps); thresholds: the SB3 zoo's results at 1M (v3 envs,
+# one run each, benchmark.md). `mujoco` extra. The off-policy runs take hours each on a CPU core.
 MUJOCO: dict[str, float] = {
     "ppo/hopper": 2410,
     "ppo/halfcheetah": 5819,
     "ppo/walker2d": 3479,
     "ppo/ant": 1327,
+    "sac/hopper": 2326,
+    "sac/halfcheetah": 9535,
+    "sac/walker2d": 3863,
+    "sac/ant": 4616,
+    "td3/hopper": 3606,
+    "td3/halfcheetah": 9656,
+    "td3/walker2d": 4718,
+    "td3/ant": 5813,
 }
 # Sparse reward: exploration that drifts (gSDE, Ornstein-Uhlenbeck); thresholds: gymnasium's (90).
 EXPLORATION: dict[str, float] = {
