@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 import torch
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from rl_lightning.algorithms.base import RLModule
@@ -35,6 +35,7 @@ from rl_lightning.callbacks.compile import CompileNetworks
 from rl_lightning.checkpointing import atomic_write, checkpoint_env_steps, is_loadable, newest_loadable
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, RunFailed
+from rl_lightning.tune import tune
 
 
 class RLArgumentParser(LightningArgumentParser):
@@ -293,18 +294,32 @@ def trainer_defaults() -> dict[str, Any]:
     }
 
 
+def run_cli(args: list[str] | None, callbacks: list[Callback] | None = None) -> RLCLI:
+    """The CLI run on ``args``; ``callbacks`` are added to the Trainer (``rl-lightning tune``'s reporting)."""
+    return RLCLI(
+        RLModule,
+        parser_class=RLArgumentParser,
+        subclass_mode_model=True,
+        trainer_defaults={**trainer_defaults(), **({"callbacks": callbacks} if callbacks else {})},
+        save_config_callback=AtomicSaveConfigCallback,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        auto_configure_optimizers=False,
+    )
+
+
+def fit_trial(args: list[str], callback: Callback) -> Trainer:
+    """One trial of ``rl-lightning tune``: ``rl-lightning fit`` with ``args`` and ``callback``."""
+    return run_cli(["fit", *args], [callback]).trainer
+
+
 def main(args: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if args is None else args
     try:
-        RLCLI(
-            RLModule,
-            parser_class=RLArgumentParser,
-            subclass_mode_model=True,
-            trainer_defaults=trainer_defaults(),
-            save_config_callback=AtomicSaveConfigCallback,
-            save_config_kwargs={"overwrite": True},
-            args=args,
-            auto_configure_optimizers=False,
-        )
+        if argv[:1] == ["tune"]:
+            tune(argv[1:], fit_trial)
+        else:
+            run_cli(args)
     except Exception as e:
         # Bad input is the user's to fix, not ours to debug: the message alone, no traceback. jsonargparse
         # wraps errors raised while instantiating the model, so look for ours along the cause chain. A run

@@ -1,0 +1,305 @@
+"""``rl-lightning tune``: an Optuna study over a config's hyperparameters (the ``tune`` extra).
+
+    rl-lightning tune --config configs/ppo/cartpole.yaml --space configs/ppo/cartpole.tune.yaml --n_trials 20
+    rl-lightning tune --config ... --space ... --storage postgresql://user:pw@host/db   # one study, many machines
+
+Every trial is an ordinary ``rl-lightning fit`` of the config with the trial's values on top (any other
+``--model.*`` / ``--trainer.*`` argument applies to all trials), in its own run directory
+``runs/tune/<study>/trial_<n>`` with its config, TensorBoard logs and checkpoints. The objective is the
+evaluation return (``val/episode_return``): its best or its last value (``--objective``). Each
+evaluation is reported to Optuna, whose pruner (``--pruner median|halving|none``) stops a bad trial
+there. Any number of ``rl-lightning tune`` processes given the same ``--storage`` and ``--study_name``
+work on one study: that is Optuna's distributed mode, through its database. A worker killed mid-trial
+leaves that trial to the others, who mark it failed once its heartbeat is ``--heartbeat`` x 2 seconds
+old. At the end: ``runs/tune/<study>/best.yaml`` (the best trial's config, ready for ``rl-lightning fit
+--config``), a table of the trials, and, with matplotlib (the ``plot`` extra), the optimization
+history and the hyperparameter importances as PNG beside it.
+
+The search space is a YAML file of model arguments (dotted for ``env``, ``run`` and ``replay``
+fields), each a range or a list of choices::
+
+    learning_rate: {low: 1.0e-5, high: 1.0e-2, log: true}   # float, log-uniform
+    update_epochs: {low: 2, high: 10}                       # int (both bounds ints)
+    num_steps: {choices: [64, 128, 256]}                    # categorical
+    replay.batch_size: {choices: [64, 256]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import inspect
+import math
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightning.pytorch.callbacks import Callback
+
+from rl_lightning.config import RunConfig
+from rl_lightning.data.replay import ReplayConfig
+from rl_lightning.envs.make import EnvConfig
+from rl_lightning.errors import ConfigError, check
+
+NESTED = {"env": EnvConfig, "run": RunConfig, "replay": ReplayConfig}
+MISSING_EXTRA = 'rl-lightning tune needs Optuna: pip install "rl-lightning[tune]" (or pip install optuna).'
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One dimension of the search space: a float or int range (``log``: log-uniform) or choices."""
+
+    name: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] | None = None
+
+    def suggest(self, trial: Any) -> Any:
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if isinstance(self.low, int) and isinstance(self.high, int):
+            return trial.suggest_int(self.name, self.low, self.high, log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+
+
+def load_space(path: str | Path, algorithm: type | None) -> list[Param]:
+    """The search space in ``path``, checked against ``algorithm``'s arguments before any trial runs:
+    unknown names, bad ranges and empty choices are one-line ``ConfigError``s."""
+    path = Path(path)
+    check(path.is_file(), f"--space {path}: no such file.")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--space {path}: not valid YAML ({e}).") from None
+    check(isinstance(raw, dict) and raw, f"--space {path}: expected a mapping of argument -> range or choices.")
+    params = []
+    for name, spec in raw.items():
+        where = f"--space {path}: {name}"
+        _check_name(str(name), algorithm, where)
+        check(isinstance(spec, dict), f"{where}: expected {{low: .., high: ..}} or {{choices: [..]}}, got {spec!r}.")
+        unknown = set(spec) - {"low", "high", "log", "choices"}
+        check(not unknown, f"{where}: unknown field(s) {sorted(unknown)}; use low, high, log or choices.")
+        if "choices" in spec:
+            choices = spec["choices"]
+            check(isinstance(choices, list) and choices, f"{where}: choices must be a non-empty list.")
+            check(set(spec) == {"choices"}, f"{where}: give either choices or low/high, not both.")
+            params.append(Param(str(name), choices=tuple(choices)))
+            continue
+        low, high, log = spec.get("low"), spec.get("high"), bool(spec.get("log", False))
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in (low, high))
+        check(numbers, f"{where}: low and high must both be finite numbers, got {low!r} and {high!r}.")
+        check(low < high, f"{where}: low ({low}) must be below high ({high}).")
+        check(not log or low > 0, f"{where}: a log range needs low > 0, got {low}.")
+        params.append(Param(str(name), low, high, log))
+    return params
+
+
+def _check_name(name: str, algorithm: type | None, where: str) -> None:
+    if algorithm is None:
+        return
+    arguments = set(inspect.signature(algorithm).parameters)
+    head, _, field = name.partition(".")
+    check(head in arguments, f"{where}: {algorithm.__name__} has no argument {head!r}.")
+    if field:
+        check(head in NESTED, f"{where}: only env, run and replay take dotted fields.")
+        fields = {f.name for f in dataclasses.fields(NESTED[head])}
+        check(field in fields, f"{where}: {head} has no field {field!r} (it has {', '.join(sorted(fields))}).")
+
+
+def algorithm_of(config_paths: list[str]) -> type | None:
+    """The algorithm class the configs name (``model.class_path``), for checking the search space."""
+    class_path = None
+    for path in config_paths:
+        check(Path(path).is_file(), f"--config {path}: no such file.")
+        model = (yaml.safe_load(Path(path).read_text()) or {}).get("model")
+        if isinstance(model, dict) and model.get("class_path"):
+            class_path = model["class_path"]
+    if class_path is None:
+        return None
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module or "rl_lightning"), name, None)
+
+
+def as_arguments(values: dict[str, Any]) -> list[str]:
+    """``{"learning_rate": 1e-3, "replay.batch_size": 64}`` -> ``--model.learning_rate 0.001 ...``."""
+    args = []
+    for name, value in values.items():
+        args += [f"--model.{name}", yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...")]
+    return args
+
+
+class ReportToTrial(Callback):
+    """Report each evaluation return to the Optuna trial against env steps; on the pruner's word stop
+    the fit (after this evaluation) and remember it, so the objective marks the trial pruned."""
+
+    def __init__(self, trial: Any) -> None:
+        self.trial, self.returns, self.pruned = trial, [], False
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking or "val/episode_return" not in trainer.callback_metrics:
+            return
+        value = float(trainer.callback_metrics["val/episode_return"])
+        self.returns.append(value)
+        self.trial.report(value, step=int(pl_module.env_steps))
+        if self.trial.should_prune():
+            self.pruned = trainer.should_stop = True
+
+
+Fit = Callable[[list[str], Callback], Any]  # (fit arguments, callback) -> the fitted Trainer
+
+
+def redact(url: str) -> str:
+    """A storage URL as it may be printed: without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(prog="rl-lightning tune", description=__doc__.split("\n\n")[0])
+    p.add_argument("--space", required=True, help="YAML search space (see the module docstring)")
+    p.add_argument("--n_trials", type=int, default=20, help="trials this study runs in all (all workers)")
+    p.add_argument("--study_name", help="default: from the config's file name, e.g. ppo_cartpole")
+    p.add_argument("--storage", help="an Optuna storage URL; default: sqlite:///runs/tune/<study>/study.db")
+    p.add_argument("--objective", choices=["best", "last"], default="best", help="of val/episode_return")
+    p.add_argument("--pruner", choices=["median", "halving", "none"], default="median")
+    p.add_argument("--heartbeat", type=int, default=60, help="seconds; a trial silent 2x this long is failed")
+    p.add_argument("--sampler_seed", type=int, help="seed of the TPE sampler")
+    known, fit_args = p.parse_known_args(argv)
+    check(known.n_trials >= 1, f"--n_trials must be >= 1, got {known.n_trials}.")
+    check(known.heartbeat >= 1, f"--heartbeat must be >= 1, got {known.heartbeat}.")
+    return known, fit_args
+
+
+def config_paths(fit_args: list[str]) -> list[str]:
+    paths = [fit_args[i + 1] for i, a in enumerate(fit_args[:-1]) if a == "--config"]
+    return paths + [a.split("=", 1)[1] for a in fit_args if a.startswith("--config=")]
+
+
+def open_storage(url: str, heartbeat: int) -> Any:
+    """Optuna's RDB storage with heartbeats (a trial silent for ``2 x heartbeat`` s is failed by the next
+    worker that starts one). Workers started together race to create the schema of a new database:
+    the losers retry and find it made."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    def stale(study: Any, trial: Any) -> None:
+        print(f"rl-lightning tune: trial {trial.number} stopped reporting (its worker died); marked failed.")
+
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=heartbeat, grace_period=2 * heartbeat, heartbeat_stale_trial_callback=stale
+                )
+        except SQLAlchemyError:
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
+    """Run (or join) the study ``argv`` describes, fitting each trial with ``fit``; returns the study.
+    ``pruner`` replaces ``--pruner`` (tests)."""
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError(MISSING_EXTRA) from None
+    args, fit_args = parse_args(argv)
+    configs = config_paths(fit_args)
+    space = load_space(args.space, algorithm_of(configs))
+    check(args.study_name or configs, "give --study_name (no --config to name the study after).")
+    study_name = args.study_name or "_".join(Path(configs[0]).with_suffix("").parts[-2:])
+    root = Path("runs") / "tune" / study_name
+    storage_url = args.storage or f"sqlite:///{root / 'study.db'}"
+    if args.storage is None:
+        root.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(storage_url, args.heartbeat)
+    if pruner is None:
+        pruner = {
+            "median": optuna.pruners.MedianPruner(n_startup_trials=3),
+            "halving": optuna.pruners.SuccessiveHalvingPruner(),
+            "none": optuna.pruners.NopPruner(),
+        }[args.pruner]
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=storage,
+        direction="maximize",
+        load_if_exists=True,
+        pruner=pruner,
+        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed),
+    )
+    print(f"rl-lightning tune: study {study_name!r} in {redact(storage_url)}", flush=True)
+
+    def objective(trial: Any) -> float:
+        values = {p.name: p.suggest(trial) for p in space}
+        run_name = f"tune/{study_name}/trial_{trial.number}"
+        report = ReportToTrial(trial)
+        trainer = fit([*fit_args, *as_arguments(values), "--trainer.logger.init_args.name", run_name], report)
+        trial.set_user_attr("run_dir", str(trainer.log_dir))
+        check(bool(report.returns), "the trial ended without an evaluation: nothing to optimize.")
+        if report.pruned:
+            raise optuna.TrialPruned(f"pruned at {report.returns[-1]:g}")
+        return max(report.returns) if args.objective == "best" else report.returns[-1]
+
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    stop_at = optuna.study.MaxTrialsCallback(args.n_trials, states=finished)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if sum(t.state in finished for t in study.trials) < args.n_trials:
+        study.optimize(objective, callbacks=[stop_at], catch=(RuntimeError,))
+    report_study(study, root)
+    return study
+
+
+def report_study(study: Any, root: Path) -> None:
+    """The best trial's config as ``best.yaml``, a table of the trials, and plots where matplotlib is."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    lines = ["| trial | state | value | run | " + " | ".join(study.trials[0].params) + " |" if study.trials else ""]
+    for t in study.trials:
+        value = "" if t.value is None else f"{t.value:g}"
+        if t.value is None and t.intermediate_values:
+            value = f"({list(t.intermediate_values.values())[-1]:g})"
+        params = " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in t.params.values())
+        run_dir = t.user_attrs.get("run_dir", "")
+        lines.append(f"| {t.number} | {t.state.name.lower()} | {value} | {run_dir} | {params} |")
+    print("\n".join(lines), flush=True)
+    complete = [t for t in study.trials if t.state == state.COMPLETE]
+    if not complete:
+        print("rl-lightning tune: no trial completed; no best config.", flush=True)
+        return
+    best = study.best_trial
+    root.mkdir(parents=True, exist_ok=True)
+    source = Path(best.user_attrs["run_dir"]) / "config.yaml"
+    if source.is_file():
+        config = yaml.safe_load(source.read_text())
+        logger = (config.get("trainer") or {}).get("logger")
+        if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):
+            logger["init_args"]["name"] = None  # a fit of it writes to runs/<algorithm>_<env>
+        config["ckpt_path"] = None
+        text = f"# Best trial of study {study.study_name!r}: trial {best.number}, value {best.value:g}\n"
+        (root / "best.yaml").write_text(text + yaml.safe_dump(config, sort_keys=False))
+        print(f"Best: trial {best.number}, {best.value:g}, {best.params}. Config: {root / 'best.yaml'}", flush=True)
+    if len(complete) >= 2:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            from optuna.visualization import matplotlib as optuna_plots
+        except ImportError:
+            return
+        plots = {"history": optuna_plots.plot_optimization_history, "importance": optuna_plots.plot_param_importances}
+        for name, plot in plots.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                ax = plot(study)
+            ax.figure.savefig(root / f"{name}.png", dpi=100, bbox_inches="tight")
+            matplotlib.pyplot.close(ax.figure)

@@ -1,0 +1,174 @@
+"""rl-lightning tune: Optuna studies over a config, on one machine or many processes sharing a storage."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rl_lightning.cli import fit_trial
+from rl_lightning.errors import ConfigError
+from rl_lightning.tune import algorithm_of, load_space, redact, tune
+from tests.helpers import ROOT, cli
+
+optuna = pytest.importorskip("optuna")
+
+PPO_CARTPOLE = str(ROOT / "configs/ppo/cartpole.yaml")
+# A tiny fit per trial: 4 evaluations of 2 episodes over 2,048 env steps.
+TINY = [
+    *("--model.run.total_env_steps", "2048", "--model.run.env_steps_per_epoch", "512"),
+    *("--model.run.eval_episodes", "2", "--trainer.enable_progress_bar", "false"),
+    *("--trainer.enable_model_summary", "false", "--seed_everything", "0"),
+]
+
+
+def write_space(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+SPACE = "learning_rate: {low: 1.0e-4, high: 3.0e-3, log: true}\nnum_steps: {choices: [64, 128]}\n"
+
+
+def load(storage: str, name: str):
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ("learning_rat: {low: 0.1, high: 0.2}", "PPO has no argument 'learning_rat'"),
+        ("run.total_steps: {choices: [1, 2]}", "run has no field 'total_steps'"),
+        ("learning_rate: {low: 0.2, high: 0.1}", "low (0.2) must be below high (0.1)"),
+        ("learning_rate: {low: 0.0, high: 0.1, log: true}", "a log range needs low > 0"),
+        ("num_steps: {choices: []}", "choices must be a non-empty list"),
+        ("num_steps: {values: [1, 2]}", "unknown field(s) ['values']"),
+        ("num_steps: 64", "expected {low: .., high: ..} or {choices: [..]}"),
+    ],
+)
+def test_a_bad_search_space_is_refused_before_any_trial(tmp_path, monkeypatch, space, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        tune(["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, space), *TINY], fit_trial)
+    assert message in str(e.value)
+    assert not (tmp_path / "runs").exists()  # no trial ran, no study was created
+
+
+def test_the_cli_reports_a_bad_search_space_in_one_line(tmp_path):
+    space = write_space(tmp_path, "learning_rat: {low: 0.1, high: 0.2}")
+    out = cli("tune", "--config", PPO_CARTPOLE, "--space", space, *TINY, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    expected = f"rl-lightning: error: --space {space}: learning_rat: PPO has no argument 'learning_rat'."
+    assert out.stderr.strip() == expected
+
+
+def test_six_trials_in_two_processes_share_one_sqlite_study(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    args = ["tune", "--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "6"]
+    args += ["--storage", storage, "--study_name", "shared", "--pruner", "none", *TINY]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rl_lightning.cli", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
+    assert all(w.returncode == 0 for w in workers), outputs[0][-2000:] + outputs[1][-2000:]
+    trials = load(storage, "shared").trials
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) >= 6 and len(trials) == len(complete)  # both stop at 6 (one more if they raced)
+    assert len({t.number for t in trials}) == len(trials)
+    run_dirs = [Path(tmp_path / t.user_attrs["run_dir"]) for t in complete]
+    assert len(set(run_dirs)) == len(run_dirs) and all((d / "config.yaml").is_file() for d in run_dirs)
+    assert all("study.db" not in (d / "config.yaml").read_text() for d in run_dirs)  # storage stays out of runs
+    assert all("| trial | state | value |" in o for o in outputs)
+
+
+def test_a_pruned_trial_stops_at_its_first_evaluation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "1", *TINY]
+    study = tune(argv, fit_trial, pruner=optuna.pruners.ThresholdPruner(lower=1e9))  # prunes every report
+    (trial,) = study.trials
+    assert trial.state == optuna.trial.TrialState.PRUNED
+    (reported_at,) = trial.intermediate_values  # one evaluation, of the two or four the budget allows
+    last = torch.load(tmp_path / trial.user_attrs["run_dir"] / "checkpoints/last.ckpt", weights_only=True)
+    assert last["rl_lightning"]["env_steps"] == reported_at < 2048  # the fit stopped there
+
+
+def test_the_best_config_reruns_to_its_trials_result(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "2", "--pruner", "none"]
+    study = tune([*argv, "--study_name", "best", "--sampler_seed", "0", *TINY], fit_trial)
+    best_yaml = tmp_path / "runs/tune/best/best.yaml"
+    assert best_yaml.is_file() and (tmp_path / "runs/tune/best/history.png").is_file()
+    out = cli("fit", "--config", str(best_yaml), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rerun = float(re.search(r"\(val/episode_return ([-\d.e+]+)\)", out.stdout).group(1))
+    assert rerun == pytest.approx(study.best_value)
+    assert "runs/ppo_cartpole/version_0" in out.stdout  # its own run directory, not the trial's
+
+
+def test_a_killed_worker_leaves_the_study_usable(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    common = ["tune", "--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--storage", storage]
+    common += ["--study_name", "killed", "--pruner", "none", "--heartbeat", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    long_trial = [*TINY, "--model.run.total_env_steps", "10000000"]  # the last value given wins
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "rl_lightning.cli", *common, "--n_trials", "1", *long_trial],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not (tmp_path / "runs/tune/killed").exists():
+        time.sleep(0.5)
+    while time.time() < deadline:
+        try:
+            if [t.state for t in load(storage, "killed").trials] == [optuna.trial.TrialState.RUNNING]:
+                break
+        except KeyError:  # the study is not created yet
+            pass
+        time.sleep(0.5)
+    time.sleep(3)  # mid-trial
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    time.sleep(2.5)  # its heartbeat is now older than the grace period (2 x 1 s)
+    out = cli(*common, "--n_trials", "2", *TINY, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "trial 0 stopped reporting" in out.stdout
+    states = [t.state for t in load(storage, "killed").trials]
+    assert states[0] == optuna.trial.TrialState.FAIL and states.count(optuna.trial.TrialState.COMPLETE) == 2
+
+
+def test_storage_passwords_are_never_printed():
+    assert (
+        redact("postgresql://alice:s3cret@db.example:5432/studies") == "postgresql://alice:***@db.example:5432/studies"
+    )
+
+
+def test_without_optuna_the_error_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    with pytest.raises(ConfigError, match=r"rl-lightning\[tune\]"):
+        tune(["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE)], fit_trial)
+
+
+@pytest.mark.parametrize("space", sorted((ROOT / "configs").glob("*/*.tune.yaml")), ids=lambda p: p.name)
+def test_shipped_search_spaces_fit_the_config_beside_them(space):
+    config = space.with_name(space.name.replace(".tune.yaml", ".yaml"))
+    assert load_space(space, algorithm_of([str(config)]))
