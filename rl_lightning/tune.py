@@ -2,6 +2,7 @@
 
     rl-lightning tune --config configs/ppo/cartpole.yaml --space configs/ppo/cartpole.tune.yaml --n_trials 20
     rl-lightning tune --config ... --space ... --storage postgresql://user:pw@host/db   # one study, many machines
+    rl-lightning tune --config configs/ppo/cartpole.yaml --seeds 0-4 --jobs 2           # no search: 5 seeds
 
 Every trial is an ordinary ``rl-lightning fit`` of the config with the trial's values on top (any other
 ``--model.*`` / ``--trainer.*`` argument applies to all trials), in its own run directory
@@ -14,6 +15,11 @@ leaves that trial to the others, who mark it failed once its heartbeat is ``--he
 old. At the end: ``runs/tune/<study>/best.yaml`` (the best trial's config, ready for ``rl-lightning fit
 --config``), a table of the trials, and, with matplotlib (the ``plot`` extra), the optimization
 history and the hyperparameter importances as PNG beside it.
+
+``--seeds 0,1,2`` (or ``0-4``) runs the config once per seed instead, each seed a queued trial of the
+study, and reports the final and best returns per seed and their mean and interquartile mean with
+bootstrap confidence intervals, with the curves in ``curves.png``. ``--jobs N`` runs N worker
+processes on this machine, on either kind of study.
 
 The search space is a YAML file of model arguments (dotted for ``env``, ``run`` and ``replay``
 fields), each a range or a list of choices::
@@ -31,6 +37,8 @@ import dataclasses
 import importlib
 import inspect
 import math
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -43,7 +51,8 @@ from lightning.pytorch.callbacks import Callback
 from rl_lightning.config import RunConfig
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.errors import ConfigError, check
+from rl_lightning.errors import ConfigError, RunFailed, check
+from rl_lightning.plotting import plot_learning_curves, score_summary
 
 NESTED = {"env": EnvConfig, "run": RunConfig, "replay": ReplayConfig}
 MISSING_EXTRA = 'rl-lightning tune needs Optuna: pip install "rl-lightning[tune]" (or pip install optuna).'
@@ -162,7 +171,10 @@ def redact(url: str) -> str:
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="rl-lightning tune", description=__doc__.split("\n\n")[0])
-    p.add_argument("--space", required=True, help="YAML search space (see the module docstring)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--space", help="YAML search space (see the module docstring)")
+    what.add_argument("--seeds", help="no search: the config on these seeds, e.g. 0,1,2 (or 0-4)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes on this machine, sharing the study")
     p.add_argument("--n_trials", type=int, default=20, help="trials this study runs in all (all workers)")
     p.add_argument("--study_name", help="default: from the config's file name, e.g. ppo_cartpole")
     p.add_argument("--storage", help="an Optuna storage URL; default: sqlite:///runs/tune/<study>/study.db")
@@ -170,10 +182,29 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--pruner", choices=["median", "halving", "none"], default="median")
     p.add_argument("--heartbeat", type=int, default=60, help="seconds; a trial silent 2x this long is failed")
     p.add_argument("--sampler_seed", type=int, help="seed of the TPE sampler")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one of --jobs: no report
+    p.add_argument("--worker_trials", type=int, help=argparse.SUPPRESS)  # --seeds: queued trials it runs
     known, fit_args = p.parse_known_args(argv)
     check(known.n_trials >= 1, f"--n_trials must be >= 1, got {known.n_trials}.")
     check(known.heartbeat >= 1, f"--heartbeat must be >= 1, got {known.heartbeat}.")
+    check(known.jobs >= 1, f"--jobs must be >= 1, got {known.jobs}.")
+    if known.seeds is not None:
+        known.seeds = parse_seeds(known.seeds)
+        known.n_trials = len(known.seeds)
     return known, fit_args
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` or ``0-4`` (or a mix) -> the seeds, each once."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            seeds += range(int(low), int(high or low) + 1)
+    except ValueError:
+        raise ConfigError(f"--seeds {text}: expected integers like 0,1,2 or 0-4.") from None
+    check(bool(seeds), f"--seeds {text}: no seed.")
+    return sorted(set(seeds))
 
 
 def config_paths(fit_args: list[str]) -> list[str]:
@@ -214,14 +245,21 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
         raise ConfigError(MISSING_EXTRA) from None
     args, fit_args = parse_args(argv)
     configs = config_paths(fit_args)
-    space = load_space(args.space, algorithm_of(configs))
+    algorithm = algorithm_of(configs)
+    space = load_space(args.space, algorithm) if args.space else []
     check(args.study_name or configs, "give --study_name (no --config to name the study after).")
     study_name = args.study_name or "_".join(Path(configs[0]).with_suffix("").parts[-2:])
+    if args.seeds and not args.study_name:
+        study_name += "_seeds"
     root = Path("runs") / "tune" / study_name
     storage_url = args.storage or f"sqlite:///{root / 'study.db'}"
     if args.storage is None:
         root.mkdir(parents=True, exist_ok=True)
     storage = open_storage(storage_url, args.heartbeat)
+    if args.seeds:
+        sampler, pruner = optuna.samplers.RandomSampler(), optuna.pruners.NopPruner()  # every trial is queued
+    else:
+        sampler = optuna.samplers.TPESampler(seed=args.sampler_seed)
     if pruner is None:
         pruner = {
             "median": optuna.pruners.MedianPruner(n_startup_trials=3),
@@ -234,28 +272,112 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
         direction="maximize",
         load_if_exists=True,
         pruner=pruner,
-        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed),
+        sampler=sampler,
     )
     print(f"rl-lightning tune: study {study_name!r} in {redact(storage_url)}", flush=True)
 
     def objective(trial: Any) -> float:
-        values = {p.name: p.suggest(trial) for p in space}
-        run_name = f"tune/{study_name}/trial_{trial.number}"
+        if args.seeds:
+            seed = trial.suggest_categorical("seed", args.seeds)
+            values, run_name, seed_args = {}, f"tune/{study_name}/seed_{seed}", ["--seed_everything", str(seed)]
+        else:
+            values = {p.name: p.suggest(trial) for p in space}
+            run_name, seed_args = f"tune/{study_name}/trial_{trial.number}", []
         report = ReportToTrial(trial)
-        trainer = fit([*fit_args, *as_arguments(values), "--trainer.logger.init_args.name", run_name], report)
+        run_args = [*fit_args, *seed_args, *as_arguments(values), "--trainer.logger.init_args.name", run_name]
+        trainer = fit(run_args, report)
         trial.set_user_attr("run_dir", str(trainer.log_dir))
         check(bool(report.returns), "the trial ended without an evaluation: nothing to optimize.")
+        trial.set_user_attr("final", report.returns[-1])
+        trial.set_user_attr("best", max(report.returns))
         if report.pruned:
             raise optuna.TrialPruned(f"pruned at {report.returns[-1]:g}")
         return max(report.returns) if args.objective == "best" else report.returns[-1]
 
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    stop_at = optuna.study.MaxTrialsCallback(args.n_trials, states=finished)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if sum(t.state in finished for t in study.trials) < args.n_trials:
-        study.optimize(objective, callbacks=[stop_at], catch=(RuntimeError,))
-    report_study(study, root)
+    if args.seeds and not args.worker:
+        queued = queue_seeds(study, args.seeds)  # each seed is one queued trial, popped by one worker
+        if queued and args.jobs > 1:
+            run_workers(argv, args.jobs, [len(range(i, queued, args.jobs)) for i in range(args.jobs)])
+        elif queued:
+            study.optimize(objective, n_trials=queued, catch=(RuntimeError,))
+    elif args.seeds:
+        study.optimize(objective, n_trials=args.worker_trials, catch=(RuntimeError,))
+    elif sum(t.state in finished for t in study.trials) < args.n_trials:
+        if args.jobs > 1 and not args.worker:
+            run_workers(argv, args.jobs)
+        else:
+            stop_at = optuna.study.MaxTrialsCallback(args.n_trials, states=finished)
+            study.optimize(objective, callbacks=[stop_at], catch=(RuntimeError,))
+    if args.worker:
+        return study
+    if args.seeds:
+        report_seeds(study, root, args.seeds)
+    else:
+        report_study(study, root)
     return study
+
+
+def queue_seeds(study: Any, seeds: list[int]) -> int:
+    """Queue a trial for each seed that has none complete, queued or running; returns how many wait."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    have = set()
+    for t in study.trials:
+        seed = t.params.get("seed", t.system_attrs.get("fixed_params", {}).get("seed"))
+        if t.state in (state.COMPLETE, state.WAITING, state.RUNNING):
+            have.add(seed)
+    for seed in seeds:
+        if seed not in have:
+            study.enqueue_trial({"seed": seed})
+    return len(study.get_trials(deepcopy=False, states=(state.WAITING,)))
+
+
+def run_workers(argv: list[str], jobs: int, trials: list[int] | None = None) -> None:
+    """``jobs`` processes of this same command on the study (``trials[i]`` queued trials for worker
+    ``i`` with ``--seeds``); wait for all of them."""
+    one_job = [a for i, a in enumerate(argv) if not (a == "--jobs" or (i > 0 and argv[i - 1] == "--jobs"))]
+    command = [sys.executable, "-m", "rl_lightning.cli", "tune", *[a for a in one_job if not a.startswith("--jobs=")]]
+    counts = trials or [None] * jobs
+    workers = [
+        subprocess.Popen([*command, "--worker", *(["--worker_trials", str(n)] if n is not None else [])])
+        for n in counts
+        if n != 0
+    ]
+    codes = [w.wait() for w in workers]
+    if any(codes):
+        raise RunFailed(f"tune: a worker failed (exit codes {codes}); its error is printed above.")
+
+
+def report_seeds(study: Any, root: Path, seeds: list[int]) -> None:
+    """Per seed: final and best evaluation return and the run; over seeds: mean and IQM with bootstrap
+    confidence intervals (``score_summary``); the curves as ``curves.png`` with the ``plot`` extra."""
+    import optuna
+
+    done = {t.params["seed"]: t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    lines = ["| seed | final | best | run |", "|---:|---:|---:|---|"]
+    for seed in seeds:
+        t = done.get(seed)
+        cells = (
+            (f"{t.user_attrs['final']:g} | {t.user_attrs['best']:g} | {t.user_attrs['run_dir']}") if t else "- | - | -"
+        )
+        lines.append(f"| {seed} | {cells} |")
+    if len(done) >= 1:
+        lines += ["", "| over seeds | runs | mean [95 % CI] | IQM [95 % CI] |", "|---|---:|---|---|"]
+        for key in ("final", "best"):
+            s = score_summary([t.user_attrs[key] for t in done.values()])
+            lines.append(
+                f"| {key} | {s['runs']} | {s['mean']:.4g} [{s['mean_ci'][0]:.4g}, {s['mean_ci'][1]:.4g}] | "
+                f"{s['iqm']:.4g} [{s['iqm_ci'][0]:.4g}, {s['iqm_ci'][1]:.4g}] |"
+            )
+    print("\n".join(lines), flush=True)
+    try:
+        plot_learning_curves({study.study_name: [t.user_attrs["run_dir"] for t in done.values()]}, root / "curves.png")
+        print(f"Curves: {root / 'curves.png'}", flush=True)
+    except ImportError:
+        pass
 
 
 def report_study(study: Any, root: Path) -> None:

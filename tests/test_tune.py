@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from rl_lightning.cli import fit_trial
 from rl_lightning.errors import ConfigError
@@ -172,3 +173,25 @@ def test_without_optuna_the_error_names_the_extra(tmp_path, monkeypatch):
 def test_shipped_search_spaces_fit_the_config_beside_them(space):
     config = space.with_name(space.name.replace(".tune.yaml", ".yaml"))
     assert load_space(space, algorithm_of([str(config)]))
+
+
+def test_seeds_run_the_config_once_per_seed_in_parallel_workers_and_aggregate(tmp_path):
+    out = cli("tune", "--config", PPO_CARTPOLE, "--seeds", "0-2", "--jobs", "2", *TINY[:-2], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("| seed | final | best | run |") == 1  # the workers do not report
+    assert re.search(r"\| final \| 3 \| [-\d.]+ \[[-\d.]+, [-\d.]+\] \|", out.stdout)
+    root = tmp_path / "runs/tune/ppo_cartpole_seeds"
+    trials = load(f"sqlite:///{root / 'study.db'}", "ppo_cartpole_seeds").trials
+    assert sorted(t.params["seed"] for t in trials) == [0, 1, 2]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for t in trials:
+        config = yaml.safe_load((tmp_path / t.user_attrs["run_dir"] / "config.yaml").read_text())
+        assert config["seed_everything"] == t.params["seed"]
+    assert (root / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("seeds", ["a,b", "3-1", ""])
+def test_bad_seed_lists_are_refused(tmp_path, monkeypatch, seeds):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="--seeds"):
+        tune(["--config", PPO_CARTPOLE, "--seeds", seeds], fit_trial)
