@@ -28,6 +28,7 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
@@ -75,21 +76,32 @@ def _short_parser_error(message: str) -> str:
 
 
 class AtomicSaveConfigCallback(SaveConfigCallback):
-    """LightningCLI's ``config.yaml``, written atomically (``atomic_write``) on a local run directory."""
+    """LightningCLI's ``config.yaml``, written atomically (``atomic_write``) into the run's directory:
+    the one its checkpoints go in (``run_dir``), for every logger (Lightning's own would write W&B runs
+    into one shared directory and stop on MLflow runs, which have no local log directory)."""
 
     def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
         if self.already_saved:
             return
         log_dir = trainer.log_dir  # a broadcast under DDP: every rank takes part
-        if log_dir is None or "://" in str(log_dir) or self.multifile:
-            super().setup(trainer, pl_module, stage)
-            return
         if trainer.is_global_zero:
+            where = run_dir(trainer) if trainer.loggers else log_dir
+            if "://" in str(where) or self.multifile:
+                super().setup(trainer, pl_module, stage)
+                return
             text = self.parser.dump(self.config, skip_none=False)
-            atomic_write(Path(log_dir) / self.config_filename, lambda f: f.write(text.encode()))
+            atomic_write(Path(where) / self.config_filename, lambda f: f.write(text.encode()))
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
+def run_dir(trainer: Trainer) -> Path:
+    """The directory of a logged run, where Lightning's ``ModelCheckpoint`` puts ``checkpoints/``:
+    ``<save_dir or default_root_dir>/<name>/<version>`` of the first logger."""
+    logger = trainer.loggers[0]
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return Path(logger.save_dir or trainer.default_root_dir) / str(logger.name) / version
 
 
 class RLCLI(LightningCLI):
@@ -164,17 +176,21 @@ class RLCLI(LightningCLI):
                 super()._parse_ckpt_path()
 
     def _name_run(self, subcommand: str) -> None:
-        """A TensorBoard logger without a name writes to ``runs/<algorithm>_<env>``: runs of different
-        algorithms or envs never share a directory, whatever the config file was."""
+        """A logger without a run name (TensorBoard's, CSV's and W&B's ``name``, MLflow's ``run_name``)
+        names the run ``<algorithm>_<env>``: runs of different algorithms or envs never share a
+        directory or a name, whatever the config file was."""
         config = self.config[subcommand]
         logger, model = config.trainer.get("logger"), config.get("model")
-        if not hasattr(logger, "init_args") or logger.init_args.get("name") is not None or model is None:
+        if not hasattr(logger, "init_args") or model is None:
+            return
+        key = "run_name" if str(logger.class_path).endswith("MLFlowLogger") else "name"
+        if logger.init_args.get(key) is not None:
             return
         env = model.init_args.get("env") if hasattr(model, "init_args") else None
         env_id = (env.get("env_id") if env is not None else None) or EnvConfig().env_id
         algorithm = str(model.class_path).rsplit(".", 1)[-1].lower()
         backend = "_torch" if env is not None and env.get("backend") == "torch" else ""
-        logger.init_args.name = f"{algorithm}_{env_slug(env_id)}{backend}"
+        logger.init_args[key] = f"{algorithm}_{env_slug(env_id)}{backend}"
 
     def _continue_run(self, subcommand: str) -> None:
         """Resolve ``--ckpt_path``. ``last`` is the newest checkpoint of the run (named by the logger) that
@@ -230,8 +246,10 @@ class RLCLI(LightningCLI):
         if not trainer.is_global_zero:
             return
         lines = []
-        if trainer.logger is not None and log_dir is not None:  # without a logger log_dir is the cwd
+        if isinstance(trainer.logger, TensorBoardLogger):
             lines.append(f"Run: {log_dir} (tensorboard --logdir {Path(log_dir).parent.parent})")
+        elif trainer.logger is not None:  # without a logger log_dir is the cwd
+            lines.append(f"Run: {run_dir(trainer)} ({type(trainer.logger).__name__})")
         for cb in trainer.checkpoint_callbacks:
             if isinstance(cb, LastCheckpoint):  # keeps its one file as its "best"
                 if cb.best_model_path or cb.last_model_path:
