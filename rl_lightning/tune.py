@@ -146,7 +146,7 @@ class ReportToTrial(Callback):
     """Report each evaluation return to the Optuna trial against env steps; on the pruner's word stop
     the fit (after this evaluation) and remember it, so the objective marks the trial pruned."""
 
-    def __init__(self, trial: Any) -> None:
+    def __init__(self, trial: Any | None) -> None:
         self.trial, self.returns, self.pruned = trial, [], False
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
@@ -154,6 +154,8 @@ class ReportToTrial(Callback):
             return
         value = float(trainer.callback_metrics["val/episode_return"])
         self.returns.append(value)
+        if self.trial is None:  # a trial's second seed and on: only recorded
+            return
         self.trial.report(value, step=int(pl_module.env_steps))
         if self.trial.should_prune():
             self.pruned = trainer.should_stop = True
@@ -175,6 +177,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     what.add_argument("--space", help="YAML search space (see the module docstring)")
     what.add_argument("--seeds", help="no search: the config on these seeds, e.g. 0,1,2 (or 0-4)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes on this machine, sharing the study")
+    p.add_argument(
+        "--trial_seeds",
+        help="fit each trial on these seeds (e.g. 0,1,2) and optimize the mean: a value on one seed overfits",
+    )
     p.add_argument("--n_trials", type=int, default=20, help="trials this study runs in all (all workers)")
     p.add_argument("--study_name", help="default: from the config's file name, e.g. ppo_cartpole")
     p.add_argument("--storage", help="an Optuna storage URL; default: sqlite:///runs/tune/<study>/study.db")
@@ -188,13 +194,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     check(known.n_trials >= 1, f"--n_trials must be >= 1, got {known.n_trials}.")
     check(known.heartbeat >= 1, f"--heartbeat must be >= 1, got {known.heartbeat}.")
     check(known.jobs >= 1, f"--jobs must be >= 1, got {known.jobs}.")
+    known.trial_seeds = parse_seeds(known.trial_seeds, "--trial_seeds") if known.trial_seeds else None
     if known.seeds is not None:
         known.seeds = parse_seeds(known.seeds)
         known.n_trials = len(known.seeds)
     return known, fit_args
 
 
-def parse_seeds(text: str) -> list[int]:
+def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
     """``0,1,2`` or ``0-4`` (or a mix) -> the seeds, each once."""
     seeds: list[int] = []
     try:
@@ -202,8 +209,8 @@ def parse_seeds(text: str) -> list[int]:
             low, _, high = part.strip().partition("-")
             seeds += range(int(low), int(high or low) + 1)
     except ValueError:
-        raise ConfigError(f"--seeds {text}: expected integers like 0,1,2 or 0-4.") from None
-    check(bool(seeds), f"--seeds {text}: no seed.")
+        raise ConfigError(f"{option} {text}: expected integers like 0,1,2 or 0-4.") from None
+    check(bool(seeds), f"{option} {text}: no seed.")
     return sorted(set(seeds))
 
 
@@ -278,21 +285,27 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
 
     def objective(trial: Any) -> float:
         if args.seeds:
-            seed = trial.suggest_categorical("seed", args.seeds)
-            values, run_name, seed_args = {}, f"tune/{study_name}/seed_{seed}", ["--seed_everything", str(seed)]
+            seed = trial.user_attrs["seed"]  # queued with it (a parameter could not change between runs)
+            runs, values = [(f"tune/{study_name}/seed_{seed}", seed)], {}
         else:
             values = {p.name: p.suggest(trial) for p in space}
-            run_name, seed_args = f"tune/{study_name}/trial_{trial.number}", []
-        report = ReportToTrial(trial)
-        run_args = [*fit_args, *seed_args, *as_arguments(values), "--trainer.logger.init_args.name", run_name]
-        trainer = fit(run_args, report)
-        trial.set_user_attr("run_dir", str(trainer.log_dir))
-        check(bool(report.returns), "the trial ended without an evaluation: nothing to optimize.")
-        trial.set_user_attr("final", report.returns[-1])
-        trial.set_user_attr("best", max(report.returns))
-        if report.pruned:
-            raise optuna.TrialPruned(f"pruned at {report.returns[-1]:g}")
-        return max(report.returns) if args.objective == "best" else report.returns[-1]
+            name = f"tune/{study_name}/trial_{trial.number}"
+            runs = [(f"{name}/seed_{s}", s) for s in args.trial_seeds] if args.trial_seeds else [(name, None)]
+        scores = []
+        for i, (run_name, seed) in enumerate(runs):
+            report = ReportToTrial(trial if i == 0 else None)  # the first seed's evaluations decide pruning
+            seed_args = [] if seed is None else ["--seed_everything", str(seed)]
+            run_args = [*fit_args, *seed_args, *as_arguments(values), "--trainer.logger.init_args.name", run_name]
+            trainer = fit(run_args, report)
+            if i == 0:
+                trial.set_user_attr("run_dir", str(trainer.log_dir))
+            check(bool(report.returns), "the trial ended without an evaluation: nothing to optimize.")
+            if report.pruned:
+                raise optuna.TrialPruned(f"pruned at {report.returns[-1]:g}")
+            scores.append((report.returns[-1], max(report.returns)))
+        trial.set_user_attr("final", sum(f for f, _ in scores) / len(scores))
+        trial.set_user_attr("best", sum(b for _, b in scores) / len(scores))
+        return trial.user_attrs["best"] if args.objective == "best" else trial.user_attrs["final"]
 
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -326,12 +339,11 @@ def queue_seeds(study: Any, seeds: list[int]) -> int:
     state = optuna.trial.TrialState
     have = set()
     for t in study.trials:
-        seed = t.params.get("seed", t.system_attrs.get("fixed_params", {}).get("seed"))
         if t.state in (state.COMPLETE, state.WAITING, state.RUNNING):
-            have.add(seed)
+            have.add(t.user_attrs.get("seed"))
     for seed in seeds:
         if seed not in have:
-            study.enqueue_trial({"seed": seed})
+            study.enqueue_trial({}, user_attrs={"seed": seed})
     return len(study.get_trials(deepcopy=False, states=(state.WAITING,)))
 
 
@@ -356,7 +368,8 @@ def report_seeds(study: Any, root: Path, seeds: list[int]) -> None:
     confidence intervals (``score_summary``); the curves as ``curves.png`` with the ``plot`` extra."""
     import optuna
 
-    done = {t.params["seed"]: t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    done = {t.user_attrs["seed"]: t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    done = {seed: t for seed, t in done.items() if seed in seeds}
     lines = ["| seed | final | best | run |", "|---:|---:|---:|---|"]
     for seed in seeds:
         t = done.get(seed)

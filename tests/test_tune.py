@@ -16,6 +16,7 @@ import yaml
 
 from rl_lightning.cli import fit_trial
 from rl_lightning.errors import ConfigError
+from rl_lightning.plotting import load_scalars
 from rl_lightning.tune import algorithm_of, load_space, redact, tune
 from tests.helpers import ROOT, cli
 
@@ -182,12 +183,16 @@ def test_seeds_run_the_config_once_per_seed_in_parallel_workers_and_aggregate(tm
     assert re.search(r"\| final \| 3 \| [-\d.]+ \[[-\d.]+, [-\d.]+\] \|", out.stdout)
     root = tmp_path / "runs/tune/ppo_cartpole_seeds"
     trials = load(f"sqlite:///{root / 'study.db'}", "ppo_cartpole_seeds").trials
-    assert sorted(t.params["seed"] for t in trials) == [0, 1, 2]
+    assert sorted(t.user_attrs["seed"] for t in trials) == [0, 1, 2]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     for t in trials:
         config = yaml.safe_load((tmp_path / t.user_attrs["run_dir"] / "config.yaml").read_text())
-        assert config["seed_everything"] == t.params["seed"]
+        assert config["seed_everything"] == t.user_attrs["seed"]
     assert (root / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    # A longer seed list on the same study runs only the new seeds.
+    out = cli("tune", "--config", PPO_CARTPOLE, "--seeds", "0-3", *TINY[:-2], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("Run: ") == 1 and "| final | 4 |" in out.stdout
 
 
 @pytest.mark.parametrize("seeds", ["a,b", "3-1", ""])
@@ -195,3 +200,16 @@ def test_bad_seed_lists_are_refused(tmp_path, monkeypatch, seeds):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="--seeds"):
         tune(["--config", PPO_CARTPOLE, "--seeds", seeds], fit_trial)
+
+
+def test_trial_seeds_optimize_the_mean_over_seeds(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "1", "--pruner", "none"]
+    study = tune([*argv, "--trial_seeds", "3,4", "--objective", "last", *TINY[:-2]], fit_trial)
+    (trial,) = study.trials
+    finals = []
+    for seed in (3, 4):
+        run = tmp_path / f"runs/tune/ppo_cartpole/trial_0/seed_{seed}/version_0"
+        assert yaml.safe_load((run / "config.yaml").read_text())["seed_everything"] == seed
+        finals.append(float(load_scalars(run)[1][-1]))  # the last evaluation's return
+    assert trial.value == pytest.approx(sum(finals) / 2)
