@@ -7,8 +7,11 @@ import torch
 
 from tests.helpers import ROOT, cli
 
+# Algorithm configs: not the trainer and logger presets (composed with one), not tune's search spaces.
 CONFIGS = sorted(
-    c for c in (ROOT / "configs").glob("*/*.yaml") if c.parent.name != "trainer" and not c.name.endswith(".tune.yaml")
+    c
+    for c in (ROOT / "configs").glob("*/*.yaml")
+    if c.parent.name not in ("trainer", "logger") and not c.name.endswith(".tune.yaml")
 )
 PRESETS = sorted((ROOT / "configs/trainer").glob("*.yaml"))
 
