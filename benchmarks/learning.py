@@ -88,8 +88,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``["double_q=true", "learning_rate=1e-3"]`` -> model arguments (values read as YAML)."""
     import yaml
 
+    def value(text: str) -> Any:
+        loaded = yaml.safe_load(text)
+        try:  # YAML reads 3e-4 (no dot) as a string
+            return float(loaded) if isinstance(loaded, str) else loaded
+        except ValueError:
+            return loaded
+
     pairs = [item.split("=", 1) for item in items]
-    return {key: yaml.safe_load(value) for key, value in pairs}
+    return {key: value(text) for key, text in pairs}
 
 
 def run(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:

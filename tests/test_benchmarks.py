@@ -126,3 +126,14 @@ def test_make_model_overrides_replace_the_configs_own_values() -> None:
     init = {"env": EnvConfig(env_id="CartPole-v1"), "learning_rate": 2.5e-4, "run": {"total_env_steps": 500}}
     model = common.make_model(DQN, init, learning_rate=1e-3, total_env_steps=800)
     assert model.hparams.learning_rate == 1e-3 and model.total_env_steps == 800
+
+
+def test_set_overrides_read_numbers_as_numbers():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        learning = importlib.import_module("learning")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    items = ["learning_rate=3e-4", "hidden_sizes=[64, 64]", "activation=tanh", "anneal_lr=true"]
+    parsed = learning.parse_overrides(items)
+    assert parsed == {"learning_rate": 3e-4, "hidden_sizes": [64, 64], "activation": "tanh", "anneal_lr": True}
