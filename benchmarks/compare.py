@@ -127,8 +127,8 @@ SPECS: dict[str, Spec] = {
         sb3_kwargs=dict(learning_starts=10_000),
         n_envs=1,
     ),
-    # PPO on MuJoCo at 1M env steps (mujoco extra; ~10 min per library here): the zoo's Hopper
-    # hyperparameters, VecNormalize with the algorithm's gamma as the zoo does.
+    # PPO on MuJoCo at 1M env steps (mujoco extra; ~10 min per library here): the config's hyperparameters
+    # (CleanRL's PPO defaults), VecNormalize with the algorithm's gamma for SB3.
     "ppo_hopper": Spec(
         config="configs/ppo/hopper.yaml",
         env_id="Hopper-v5",
@@ -138,17 +138,18 @@ SPECS: dict[str, Spec] = {
         sb3_algo="PPO",
         sb3_kwargs=dict(
             normalize=True,
-            batch_size=32,
-            n_steps=512,
-            gamma=0.999,
-            learning_rate=9.80828e-05,
-            ent_coef=0.00229519,
+            n_steps=2048,
+            batch_size=64,
+            n_epochs=10,
+            learning_rate=lambda remaining: 3e-4 * remaining,  # annealed to 0, as anneal_lr
+            gamma=0.99,
+            gae_lambda=0.95,
             clip_range=0.2,
-            n_epochs=5,
-            gae_lambda=0.99,
-            max_grad_norm=0.7,
-            vf_coef=0.835671,
-            policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn="relu", net_arch=[256, 256]),
+            clip_range_vf=0.2,
+            ent_coef=0.0,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+            policy_kwargs=dict(log_std_init=0.0, ortho_init=True, activation_fn="tanh", net_arch=[64, 64]),
         ),
         n_envs=1,
     ),
@@ -268,10 +269,11 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     policy_kwargs = kwargs.get("policy_kwargs", {})
-    if policy_kwargs.get("activation_fn") == "relu":
+    if isinstance(policy_kwargs.get("activation_fn"), str):  # "relu", "tanh": torch's module of that name
         import torch
 
-        policy_kwargs["activation_fn"] = torch.nn.ReLU
+        modules = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
+        policy_kwargs["activation_fn"] = modules[policy_kwargs["activation_fn"]]
     model = getattr(sb3, spec.sb3_algo)("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
 
     class Clock(BaseCallback):
