@@ -105,8 +105,9 @@ class NaNAfter(PPO):
         return rollout
 
 
-def test_planted_nan_stops_the_run_naming_step_loss_and_last_good_checkpoint(tmp_path):
-    model = build(
+def nan_at_768() -> NaNAfter:
+    """PPO on CartPole whose rewards turn NaN from env step 768 on (evaluations every 512)."""
+    return build(
         NaNAfter,
         nan_at=768,
         env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
@@ -117,6 +118,10 @@ def test_planted_nan_stops_the_run_naming_step_loss_and_last_good_checkpoint(tmp
         env_steps_per_epoch=512,
         eval_episodes=1,
     )
+
+
+def test_planted_nan_stops_the_run_naming_step_loss_and_last_good_checkpoint(tmp_path):
+    model = nan_at_768()
     last = LastCheckpoint(dirpath=tmp_path)
     trainer = quick_trainer(callbacks=[last], enable_checkpointing=True)
     with pytest.raises(DivergenceError, match=r"diverged at env step 768 .*loss = nan.*last\.ckpt"):
@@ -128,17 +133,7 @@ def test_planted_nan_stops_the_run_naming_step_loss_and_last_good_checkpoint(tmp
 
 def test_a_checkpoint_saved_every_step_never_holds_the_diverged_weights(tmp_path):
     # The check runs as a callback before the checkpoint callbacks of the same training step.
-    model = build(
-        NaNAfter,
-        nan_at=768,
-        env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
-        total_env_steps=4096,
-        num_steps=64,
-        num_minibatches=2,
-        update_epochs=1,
-        env_steps_per_epoch=512,
-        eval_episodes=1,
-    )
+    model = nan_at_768()
     every_step = ModelCheckpoint(dirpath=tmp_path, filename="step", every_n_train_steps=1, save_on_exception=False)
     trainer = quick_trainer(callbacks=[every_step], enable_checkpointing=True)
     with pytest.raises(DivergenceError, match=r"step\.ckpt"):

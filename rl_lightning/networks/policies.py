@@ -32,8 +32,8 @@ def head_linear(in_dim: int, out_dim: int, orthogonal: bool = True) -> Float32Li
     return layer_init(layer, std=0.01) if orthogonal else layer
 
 
-class CategoricalHead(nn.Module):
-    """Logits over ``n`` discrete actions."""
+class LogitsHead(nn.Module):
+    """A linear layer to ``n`` logits; the subclasses say how logits become actions."""
 
     def __init__(self, in_dim: int, n: int, orthogonal: bool = True) -> None:
         super().__init__()
@@ -41,6 +41,10 @@ class CategoricalHead(nn.Module):
 
     def forward(self, features: Tensor) -> Tensor:
         return self.linear(features)
+
+
+class CategoricalHead(LogitsHead):
+    """Logits over ``n`` discrete actions."""
 
     @staticmethod
     def sample(logits: Tensor) -> Tensor:
@@ -98,16 +102,9 @@ class MultiCategoricalHead(nn.Module):
         return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
-class BernoulliHead(nn.Module):
+class BernoulliHead(LogitsHead):
     """Independent Bernoullis over the bits of a ``MultiBinary`` space (flattened). Actions are
     ``[B, n]`` floats, 0 or 1."""
-
-    def __init__(self, in_dim: int, n: int, orthogonal: bool = True) -> None:
-        super().__init__()
-        self.linear = head_linear(in_dim, n, orthogonal)
-
-    def forward(self, features: Tensor) -> Tensor:
-        return self.linear(features)
 
     @staticmethod
     def sample(logits: Tensor) -> Tensor:
