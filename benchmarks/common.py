@@ -65,3 +65,103 @@ def quiet_trainer(**kwargs: Any) -> Any:
         "num_sanity_val_steps": 0,
     }
     return L.Trainer(**{**defaults, **kwargs})
+
+
+# ------------------------------------------------------------------------------------ timed fits
+WINDOW_FROM_GRAD_STEP = 48  # steady state: compilation, CUDA and DDP warm-up are over by then
+
+
+def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """One fit of ``spec["config"]`` with ``spec``'s overrides (``model``, ``env``, ``accelerator``,
+    ``devices``, ``precision``, ``compile``, ``window_from_grad_step``), one torch thread per rank,
+    evaluation off; steady-state rates from the optimizer step ``window_from_grad_step`` to the end.
+    ``devices > 1`` on CPU is DDP over gloo (every rank runs this; rank 0 returns the result, with
+    the CPU seconds of all ranks)."""
+    import time
+    from datetime import timedelta
+
+    import lightning as L
+    import torch
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from rl_lightning.callbacks import CompileNetworks
+
+    torch.set_num_threads(1)
+    cls, init, trainer_args = load_config(spec["config"])
+    total = spec["model"]["total_env_steps"]
+    devices = int(spec.get("devices", 1))
+
+    class Clock(L.Callback):
+        def __init__(self) -> None:
+            self.marks: list[tuple[float, float, int, int]] = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if pl_module.device.type == "cuda":
+                torch.cuda.synchronize()
+            self.marks.append((time.perf_counter(), time.process_time(), pl_module.env_steps, trainer.global_step))
+
+    L.seed_everything(0, verbose=False)
+    model = make_model(cls, init, env=spec.get("env", {}), **spec.get("model", {}), env_steps_per_epoch=total)
+    clock = Clock()
+    trainer = quiet_trainer(
+        accelerator=spec.get("accelerator", "cpu"),
+        devices=devices,
+        strategy=DDPStrategy(timeout=timedelta(seconds=120)) if devices > 1 else "auto",
+        precision=spec.get("precision", "32-true"),
+        limit_val_batches=0,  # no evaluation: an untrained Atari policy can play for 27k steps
+        log_every_n_steps=trainer_args.get("log_every_n_steps", 10),
+        callbacks=[clock] + ([CompileNetworks()] if spec.get("compile") else []),
+    )
+    start = time.perf_counter()
+    trainer.fit(model)
+    fit_s = time.perf_counter() - start
+    marks = clock.marks
+    window_from = spec.get("window_from_grad_step", WINDOW_FROM_GRAD_STEP)
+    first = next((i for i, m in enumerate(marks) if m[3] >= window_from), len(marks) - 2)
+    (t0, c0, e0, g0), (t1, c1, e1, g1) = marks[min(first, len(marks) - 2)], marks[-1]
+    cpu_s = [c1 - c0]
+    if devices > 1:
+        import torch.distributed as dist
+
+        cpu_s = [None] * devices
+        dist.all_gather_object(cpu_s, c1 - c0)
+        dist.destroy_process_group()
+        if trainer.global_rank != 0:
+            return None
+    last_return = trainer.callback_metrics.get("rollout/episode_return")  # the last training episodes logged
+    return {
+        "env_steps_per_s": (e1 - e0) / (t1 - t0),  # the global counter: all ranks' env steps
+        "grad_steps_per_s": (g1 - g0) / (t1 - t0),
+        "cpu_s_per_s": sum(cpu_s) / (t1 - t0),
+        "window_env_steps": e1 - e0,
+        "env_steps": model.env_steps,
+        "grad_steps": trainer.global_step,
+        "fit_s": fit_s,
+        "train_return": None if last_return is None else float(last_return),
+    }
+
+
+def run_fit(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """``fit_worker`` in a fresh process (no compile caches, thread pools or CUDA state shared; with
+    ``devices > 1`` Lightning's launcher starts the other ranks from it)."""
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    for var in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK"):
+        env.pop(var, None)
+    cmd = [sys.executable, __file__, "--fit-worker", json.dumps(spec)]
+    out = subprocess.run(
+        ["timeout", "-s", "KILL", str(int(timeout_s)), *cmd], env=env, capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"rc {out.returncode}: {out.stderr.strip()[-1500:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--fit-worker"]:
+    import json
+
+    if (result := fit_worker(json.loads(sys.argv[2]))) is not None:
+        print(json.dumps(result), flush=True)

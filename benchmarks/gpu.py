@@ -44,13 +44,12 @@ from typing import Any
 
 import scaling  # benchmarks/ is on sys.path: the script's own directory
 import torch
-from common import ROOT, load_config, make_model, quiet_trainer
+from common import ROOT, WINDOW_FROM_GRAD_STEP, fit_worker, load_config, make_model, quiet_trainer, run_fit  # noqa: F401 (fit_worker: tests)
 
 SECTIONS = ["transfers", "update", "atari", "torch_envs", "cartpole", "learn_bf16"]
 # Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
 SECTION_S = {"transfers": 15, "update": 90, "atari": 150, "torch_envs": 60, "cartpole": 80, "learn_bf16": 40}
 UPDATE_MODES = ["fp32", "bf16", "compile", "compile-cudagraphs"]
-WINDOW_FROM_GRAD_STEP = 48  # steady state: compilation and CUDA warm-up are over by then
 
 
 def sync(device: str) -> None:
@@ -211,63 +210,6 @@ def section_update(ctx: Context) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------- fits
-def fit_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """One fit of ``spec["config"]`` with ``spec``'s overrides; steady-state rates from a callback."""
-    import lightning as L
-
-    from rl_lightning.callbacks import CompileNetworks
-
-    torch.set_num_threads(1)
-    cls, init, trainer_args = load_config(spec["config"])
-    total = spec["model"]["total_env_steps"]
-
-    class Clock(L.Callback):
-        def __init__(self) -> None:
-            self.marks: list[tuple[float, float, int, int]] = []
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            sync(pl_module.device.type)
-            self.marks.append((time.perf_counter(), time.process_time(), pl_module.env_steps, trainer.global_step))
-
-    L.seed_everything(0, verbose=False)
-    model = make_model(cls, init, env=spec.get("env", {}), **spec.get("model", {}), env_steps_per_epoch=total)
-    clock = Clock()
-    trainer = quiet_trainer(
-        accelerator=spec["accelerator"],
-        precision=spec.get("precision", "32-true"),
-        limit_val_batches=0,  # no evaluation: an untrained Atari policy can play for 27k steps
-        log_every_n_steps=trainer_args.get("log_every_n_steps", 10),
-        callbacks=[clock] + ([CompileNetworks()] if spec.get("compile") else []),
-    )
-    start = time.perf_counter()
-    trainer.fit(model)
-    fit_s = time.perf_counter() - start
-    marks = clock.marks
-    first = next((i for i, m in enumerate(marks) if m[3] >= WINDOW_FROM_GRAD_STEP), len(marks) - 2)
-    (t0, c0, e0, g0), (t1, c1, e1, g1) = marks[min(first, len(marks) - 2)], marks[-1]
-    return {
-        "env_steps_per_s": (e1 - e0) / (t1 - t0),
-        "grad_steps_per_s": (g1 - g0) / (t1 - t0),
-        "cpu_s_per_s": (c1 - c0) / (t1 - t0),
-        "window_env_steps": e1 - e0,
-        "env_steps": model.env_steps,
-        "grad_steps": trainer.global_step,
-        "fit_s": fit_s,
-    }
-
-
-def run_fit(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """``fit_worker`` in a fresh process (no compile caches, thread pools or CUDA state shared)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, __file__, "--fit-worker", json.dumps(spec)]
-    out = subprocess.run(
-        ["timeout", "-s", "KILL", str(int(timeout_s)), *cmd], env=env, capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"rc {out.returncode}: {out.stderr.strip()[-1500:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def atari_specs(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     accel = "gpu" if ctx.gpu else "cpu"
     if ctx.gpu:
@@ -436,11 +378,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("gpu_results"), help="where gpu.md and gpu.json go")
     parser.add_argument("--budget-s", type=float, default=480, help="stop starting work after this many seconds")
     parser.add_argument("--smoke-cpu", action="store_true", help="run every section on CPU at tiny sizes")
-    parser.add_argument("--fit-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.fit_worker:
-        print(json.dumps(fit_worker(json.loads(args.fit_worker))))
-        return
     torch.set_num_threads(1)
     ctx = Context(args)
     if ctx.gpu and not torch.cuda.is_available():

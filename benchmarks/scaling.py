@@ -4,6 +4,13 @@
     python benchmarks/scaling.py --all                              # + compile, + bf16-mixed
     python benchmarks/scaling.py --runs devices=1 devices=1,compile=1 --env-steps 100000
     python benchmarks/scaling.py --allreduce                        # gloo all-reduce cost per call
+    python benchmarks/scaling.py --work                             # DDP where each step carries work
+
+``--work``: 1 rank vs 2 DDP ranks (one torch thread each) on PPO-Atari (Pong on envpool, one envpool
+thread per rank, Nature CNN) and SAC-HalfCheetah (256x256 networks), and on PPO CartPole for contrast.
+The 2-rank runs keep the algorithm of the 1-rank run: each rank has half the sub-envs (PPO) or half the
+batch and twice the gradient steps per own env step (SAC), so the global batch, the optimizer steps per
+env step and the budget are the same, and only the work is split (through ``common.run_fit``).
 
 Each run is a fresh process (a fit through the Lightning Trainer with the SB3-zoo hyperparameters of
 configs/ppo/cartpole.yaml, one torch thread per rank). Reported:
@@ -153,6 +160,60 @@ def allreduce_worker(rank: int, port: int, numel: int, calls: int) -> None:
     dist.destroy_process_group()
 
 
+def work_runs() -> list[tuple[str, dict, dict]]:
+    """(name, 1-rank spec, 2-rank spec) of ``--work``."""
+    pong = {
+        "config": "configs/ppo/atari_envpool.yaml",
+        "model": {"total_env_steps": 8 * 1024},
+        "window_from_grad_step": 32,  # after 2 rollouts
+    }
+    pong_env = {"env_kwargs": {"num_threads": 1}}
+    sac = {
+        "config": "configs/sac/halfcheetah.yaml",
+        "model": {"total_env_steps": 3_000, "learning_starts": 1_000, "batch_size": 256, "gradient_steps": 1},
+        "window_from_grad_step": 300,
+    }
+    cartpole = {
+        "config": "configs/ppo/cartpole.yaml",
+        "model": {"total_env_steps": 51_200},
+        "window_from_grad_step": 60,
+    }
+    return [
+        (
+            "PPO Pong (envpool), 8 envs",
+            {**pong, "env": {**pong_env, "num_envs": 8}},
+            {**pong, "devices": 2, "env": {**pong_env, "num_envs": 4}},
+        ),
+        (
+            "SAC HalfCheetah-v5, batch 256",
+            sac,
+            {**sac, "devices": 2, "model": {**sac["model"], "batch_size": 128, "gradient_steps": 2}},
+        ),
+        (
+            "PPO CartPole-v1, 8 envs",
+            {**cartpole, "env": {"num_envs": 8}},
+            {**cartpole, "devices": 2, "env": {"num_envs": 4}},
+        ),
+    ]
+
+
+def work_table() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import run_fit
+
+    print("| workload | 1 rank env steps/s | 2 ranks env steps/s | speed-up | CPU s/s (1 / 2) | train return (1 / 2) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, one, two in work_runs():
+        r1, r2 = run_fit(one, timeout_s=900), run_fit(two, timeout_s=900)
+        ret = " / ".join("-" if r["train_return"] is None else f"{r['train_return']:.1f}" for r in (r1, r2))
+        print(
+            f"| {name} | {r1['env_steps_per_s']:,.0f} | {r2['env_steps_per_s']:,.0f} "
+            f"| {r2['env_steps_per_s'] / r1['env_steps_per_s']:.2f}x "
+            f"| {r1['cpu_s_per_s']:.2f} / {r2['cpu_s_per_s']:.2f} | {ret} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", nargs="+", default=None, help="run specs, e.g. devices=2 or devices=1,compile=1")
@@ -160,6 +221,7 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=51_200, help="env steps per run (all ranks together)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--work", action="store_true", help="1 vs 2 ranks on PPO-Atari, SAC-HalfCheetah, CartPole")
     parser.add_argument(
         "--allreduce", action="store_true", help="only time gloo all-reduces of PPO's 9,155 parameters (2 ranks)"
     )
@@ -168,6 +230,9 @@ def main() -> None:
         import torch.multiprocessing as mp
 
         mp.spawn(allreduce_worker, args=(29571, 9155, 2000), nprocs=2)
+        return
+    if args.work:
+        work_table()
         return
     if args.worker is not None:
         worker(args.worker, args.env_steps, args.json)

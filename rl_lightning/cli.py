@@ -189,7 +189,8 @@ class RLCLI(LightningCLI):
         env = model.init_args.get("env") if hasattr(model, "init_args") else None
         env_id = (env.get("env_id") if env is not None else None) or EnvConfig().env_id
         algorithm = str(model.class_path).rsplit(".", 1)[-1].lower()
-        backend = "_torch" if env is not None and env.get("backend") == "torch" else ""
+        backend = env.get("backend") if env is not None else None
+        backend = f"_{backend}" if backend in ("torch", "envpool") else ""
         logger.init_args[key] = f"{algorithm}_{env_slug(env_id)}{backend}"
 
     def _continue_run(self, subcommand: str) -> None:

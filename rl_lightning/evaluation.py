@@ -30,9 +30,10 @@ def eval_seeds(env_config: EnvConfig, episodes: int, rank: int = 0, world_size: 
 
 
 def make_eval_env(env_config: EnvConfig, num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
-    """gymnasium's env (also when training on the torch backend) without training-only wrappers
-    (Atari: true game scores)."""
-    config = dataclasses.replace(env_config, backend="gymnasium")
+    """The training env's backend without training-only wrappers (Atari: true game scores); gymnasium's
+    env when training on the torch backend, or to render (envpool does not)."""
+    backend = "gymnasium" if env_config.backend == "torch" or render_mode else env_config.backend
+    config = dataclasses.replace(env_config, backend=backend)
     return make_vector_env(config, num_envs=num_envs, render_mode=render_mode, training=False)
 
 

@@ -104,6 +104,10 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
         **{**PPO_ARGS, "update_epochs": 6, "learning_rate": 0.01},
         target_kl=0.005,
     ),
+    # envpool's C++ vector env: per-rank seeds and evaluation seeds on a pool that fixes seeds when built.
+    "ppo_envpool": lambda steps: build(
+        PPO, env=EnvConfig("CartPole-v1", num_envs=4, backend="envpool"), total_env_steps=steps, **PPO_ARGS
+    ),
     "ppo_two_losses": lambda steps: build(
         PPOTwoLosses, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
     ),

@@ -45,6 +45,14 @@ CASES = [
     (["--trainer.max_epochs", "many"], "max_epochs"),
     (["--ckpt_path", "last"], "--ckpt_path last: no checkpoint that loads under runs/ppo_cartpole"),
     (["--model.env.env_id", "Taxi-v4", "--model.env.backend", "torch"], "no torch implementation of 'Taxi"),
+    (
+        ["--model.env.env_id", "Taxi-v3", "--model.env.backend", "envpool"],
+        r"env.backend envpool has no env 'Taxi-v3'.*ALE/<Game>-v5",
+    ),
+    (
+        ["--model.env.backend", "envpool", "--model.env.env_kwargs", "{bogus: 1}"],
+        "env.env_kwargs for 'CartPole-v1' on envpool: .*bogus",
+    ),
 ]
 
 
@@ -180,7 +188,7 @@ def test_cli_prints_one_paragraph_without_traceback(tmp_path):
     [
         (
             lambda: build(PPO, EnvConfig("CartPole-v1", backend="jax")),
-            "env.backend must be 'gymnasium' or 'torch', got 'jax'",
+            "env.backend must be 'gymnasium', 'torch' or 'envpool', got 'jax'",
         ),
         (lambda: build(A2C, EnvConfig("CartPole-v1"), hidden_sizes=(0,)), "hidden_sizes must be positive"),
         (lambda: build(DQN, EnvConfig("CartPole-v1"), hidden_sizes=(64, -1)), "hidden_sizes must be positive"),

@@ -47,7 +47,7 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
     }
     threads = torch.get_num_threads()
     try:
-        r = load_gpu_script().fit_worker(spec)
+        r = load_gpu_script().fit_worker(spec)  # common.fit_worker, as gpu.py imports it
     finally:
         torch.set_num_threads(threads)  # the worker sets 1 (it is meant for a fresh process)
     assert r["env_steps"] == 400 and r["grad_steps"] == 300  # one per env step after the random fill

@@ -113,7 +113,8 @@ class RLModule(L.LightningModule):
             f"env.vectorization must be 'sync' or 'async', got {cfg.vectorization!r}.",
         )
         check(
-            cfg.backend in ("gymnasium", "torch"), f"env.backend must be 'gymnasium' or 'torch', got {cfg.backend!r}."
+            cfg.backend in ("gymnasium", "torch", "envpool"),
+            f"env.backend must be 'gymnasium', 'torch' or 'envpool', got {cfg.backend!r}.",
         )
 
     def configure_replay(self, replay: ReplayConfig | dict | None) -> None:
@@ -130,7 +131,7 @@ class RLModule(L.LightningModule):
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
-        check_env_id(self.env_config.env_id)
+        check_env_id(self.env_config.env_id, self.env_config.backend)
         strategy = self._trainer.strategy if self._trainer is not None else None  # None: called by hand
         if stage == "fit":
             if self.env_config.seed is None:

@@ -17,6 +17,7 @@ Applied automatically by ``make_vector_env`` to every id that ale-py registers (
 
 v5 ids keep their defaults, including sticky actions (``repeat_action_probability=0.25``, Machado
 et al. 2018); pass ``env_kwargs={"repeat_action_probability": 0.0}`` for the Nature setting.
+``env_kwargs={"noop_max": N}`` changes the most no-ops at reset (0: none).
 """
 
 from __future__ import annotations
@@ -114,11 +115,12 @@ def make_atari_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | N
     """One preprocessed Atari env (see the module docstring)."""
     register_ale()  # also in AsyncVectorEnv's worker processes
     kwargs = {"frameskip": 1, **env_kwargs}
+    noop_max = kwargs.pop("noop_max", 30)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env = gym.make(env_id, **kwargs)
     env = gym.wrappers.RecordEpisodeStatistics(env)
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True)
     if training:
         env = EpisodicLifeEnv(env)
     if "FIRE" in env.unwrapped.get_action_meanings():

@@ -21,7 +21,9 @@ registers the id) or ``"module.path:EnvClass"`` (a ``gymnasium.Env`` subclass, m
 sub-env, in training and evaluation alike.
 
 With ``backend="torch"`` the env is one of ``rl_lightning.envs.torch``'s batched, pure-torch
-ports of the classic-control envs instead: same API and info keys, tensors on a device.
+ports of the classic-control envs instead: same API and info keys, tensors on a device. With
+``backend="envpool"`` it is envpool's C++ vector env for the same id (``rl_lightning.envs.envpool_backend``:
+Atari, MuJoCo, classic control), with the same semantics.
 
 Atari ids (registered by ale-py, the ``atari`` extra) get the standard preprocessing of
 ``rl_lightning.envs.atari``; its training-only wrappers (episodic life, reward clipping) are left out
@@ -41,6 +43,7 @@ import numpy as np
 import torch
 
 from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
+from rl_lightning.envs.envpool_backend import EnvpoolVectorEnv, envpool_task
 from rl_lightning.envs.torch import make_torch_env
 from rl_lightning.errors import ConfigError
 
@@ -61,7 +64,9 @@ class EnvConfig:
             ``torch`` builds the batched pure-torch implementation (``rl_lightning.envs.torch``:
             CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0) on the
             module's device, so whole rollouts stay there (``vectorization`` is then ignored).
-            Evaluation always plays gymnasium's env.
+            Evaluation plays gymnasium's env. ``envpool`` builds envpool's C++ thread-pool vector
+            env for the same id (the ``envpool`` extra; Atari, MuJoCo, classic control; threads:
+            ``env_kwargs: {num_threads: N}``); evaluation plays envpool's env too.
         wrappers: gymnasium wrappers applied to every sub-env, in training and evaluation, innermost
             first, each a class path (``gymnasium.wrappers.FlattenObservation``) or ``{class_path: ...,
             init_args: {...}}`` (``{class_path: gymnasium.wrappers.FrameStackObservation, init_args:
@@ -81,15 +86,18 @@ class EnvConfig:
     seed: int | None = None
     vectorization: Literal["sync", "async"] = "sync"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    backend: Literal["gymnasium", "torch"] = "gymnasium"
+    backend: Literal["gymnasium", "torch", "envpool"] = "gymnasium"
     wrappers: list[str | dict[str, Any]] = field(default_factory=list)
     restart_on_failure: bool = False
 
 
-def check_env_id(env_id: str) -> None:
+def check_env_id(env_id: str, backend: str = "gymnasium") -> None:
     """Fail at once, with close matches, on an id gymnasium does not know. ``module:Name`` imports the
     module first (gymnasium's form for envs a package registers on import); ``module:EnvClass`` is a
-    ``gymnasium.Env`` subclass."""
+    ``gymnasium.Env`` subclass. The envpool backend takes only the ids envpool provides."""
+    if backend == "envpool":
+        envpool_task(env_id)
+        return
     if ":" in env_id:
         _env_entry_point(env_id)
         return
@@ -194,8 +202,17 @@ def make_vector_env(
     are the true game scores. The vector env's ``structured_observation_space`` is the sub-envs'
     observation space before flattening (``single_observation_space`` after).
     """
-    check_env_id(config.env_id)
+    check_env_id(config.env_id, config.backend)
     n = config.num_envs if num_envs is None else num_envs
+    if config.backend == "envpool":
+        if render_mode is not None or config.wrappers:
+            raise ConfigError(
+                "The envpool backend neither renders nor takes env.wrappers (its envs are C++); use "
+                "env.backend=gymnasium for videos and wrappers."
+            )
+        envs = EnvpoolVectorEnv(config.env_id, n, config.env_kwargs, training=training)
+        envs.structured_observation_space = envs.single_observation_space
+        return envs
     if config.backend == "torch":
         if render_mode is not None:
             raise ConfigError("The torch backend does not render; use env.backend=gymnasium to record videos.")
