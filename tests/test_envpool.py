@@ -133,3 +133,16 @@ def test_atari_training_ends_episodes_at_lost_lives_and_clips_rewards_but_report
         for i in np.flatnonzero(te1 & ~te2):
             np.testing.assert_array_equal(i1["final_obs"][i], o1[i])  # the episode's last observation
     assert lives_lost >= 4 * len(eval_games)  # Breakout: 5 lives a game
+
+
+def test_evaluation_plays_envpool_too_without_the_training_rules_and_videos_play_gymnasium():
+    from rl_lightning.envs.envpool_backend import EnvpoolVectorEnv
+    from rl_lightning.evaluation import make_eval_env
+
+    config = EnvConfig(env_id="BreakoutNoFrameskip-v4", backend="envpool")
+    evaluation = make_eval_env(config, num_envs=2)
+    assert isinstance(evaluation, EnvpoolVectorEnv) and not evaluation.training
+    evaluation.close()
+    video = make_eval_env(config, num_envs=1, render_mode="rgb_array")
+    assert not isinstance(video, EnvpoolVectorEnv) and video.render_mode == "rgb_array"
+    video.close()
