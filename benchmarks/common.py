@@ -73,7 +73,7 @@ WINDOW_FROM_GRAD_STEP = 48  # steady state: compilation, CUDA and DDP warm-up ar
 
 def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     """One fit of ``spec["config"]`` with ``spec``'s overrides (``model``, ``env``, ``accelerator``,
-    ``devices``, ``precision``, ``compile``, ``window_from_grad_step``), one torch thread per rank,
+    ``devices``, ``precision``, ``compile``, ``cuda_graphs``, ``window_from_grad_step``), one torch thread per rank,
     evaluation off; steady-state rates from the optimizer step ``window_from_grad_step`` to the end.
     ``devices > 1`` on CPU is DDP over gloo (every rank runs this; rank 0 returns the result, with
     the CPU seconds of all ranks)."""
@@ -84,7 +84,7 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     import torch
     from lightning.pytorch.strategies import DDPStrategy
 
-    from rl_lightning.callbacks import CompileNetworks
+    from rl_lightning.callbacks import CompileNetworks, CUDAGraphs
 
     torch.set_num_threads(1)
     cls, init, trainer_args = load_config(spec["config"])
@@ -110,7 +110,9 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
         precision=spec.get("precision", "32-true"),
         limit_val_batches=0,  # no evaluation: an untrained Atari policy can play for 27k steps
         log_every_n_steps=trainer_args.get("log_every_n_steps", 10),
-        callbacks=[clock] + ([CompileNetworks()] if spec.get("compile") else []),
+        callbacks=[clock]
+        + ([CompileNetworks()] if spec.get("compile") else [])
+        + ([CUDAGraphs()] if spec.get("cuda_graphs") else []),
     )
     start = time.perf_counter()
     trainer.fit(model)
@@ -138,6 +140,8 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
         "grad_steps": trainer.global_step,
         "fit_s": fit_s,
         "train_return": None if last_return is None else float(last_return),
+        # CUDA graphs: per update function, graphs captured, calls replayed, calls run eagerly, failed
+        "graphs": {k: [g.captures, g.replays, g.eager_calls, g.failed] for k, g in model._graphed.items()},
     }
 
 

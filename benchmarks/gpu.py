@@ -22,11 +22,15 @@ section that would not fit in the time left is skipped with a note:
    fresh process: steady-state env-steps/s and gradient steps/s (after the first 48 optimizer steps,
    evaluation off), float32 vs bf16-mixed vs compile; PPO's 8 emulators stepped in the training
    process (``sync``) or in 8 worker processes (``async``).
-4. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
+4. ``graphs``: fits with and without CUDA graphs (``cuda_graphs: true``: each update captured once
+   and replayed) for PPO and DQN on Pong (envpool), A2C on CartPole, SAC and TD3 on HalfCheetah:
+   env-steps/s, gradient steps/s, and per update function the graphs captured, the calls replayed,
+   the calls run eagerly (warm-up) and whether capture failed (then the run fell back to eager).
+5. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
    torch-native env on the GPU, and PPO on 1024 torch CartPoles on the GPU to its config's budget.
-5. ``cartpole``: PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs): CPU vs GPU, float32 vs
+6. ``cartpole``: PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs): CPU vs GPU, float32 vs
    bf16-mixed vs compile, 8 vs 64 envs.
-6. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
+7. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
    expected (it solves in float32).
 """
 
@@ -46,9 +50,17 @@ import scaling  # benchmarks/ is on sys.path: the script's own directory
 import torch
 from common import ROOT, WINDOW_FROM_GRAD_STEP, fit_worker, load_config, make_model, quiet_trainer, run_fit  # noqa: F401 (fit_worker: tests)
 
-SECTIONS = ["transfers", "update", "atari", "torch_envs", "cartpole", "learn_bf16"]
+SECTIONS = ["transfers", "update", "atari", "graphs", "torch_envs", "cartpole", "learn_bf16"]
 # Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
-SECTION_S = {"transfers": 15, "update": 90, "atari": 150, "torch_envs": 60, "cartpole": 80, "learn_bf16": 40}
+SECTION_S = {
+    "transfers": 15,
+    "update": 90,
+    "atari": 150,
+    "graphs": 200,
+    "torch_envs": 60,
+    "cartpole": 80,
+    "learn_bf16": 40,
+}
 UPDATE_MODES = ["fp32", "bf16", "compile", "compile-cudagraphs"]
 
 
@@ -269,6 +281,74 @@ def section_atari(ctx: Context) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------------------------ CUDA graphs
+def graph_specs(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
+    accel = "gpu" if ctx.gpu else "cpu"
+    scale = 1 if ctx.gpu else 0  # tiny runs on CPU: the code paths only
+    specs = {
+        "PPO Pong (envpool)": {
+            "config": "configs/ppo/atari_envpool.yaml",
+            "model": {"total_env_steps": 16 * 1024 if scale else 2 * 8 * 16, **({} if scale else {"num_steps": 16})},
+        },
+        "DQN Pong (envpool)": {
+            "config": "configs/dqn/atari_envpool.yaml",
+            "model": {"total_env_steps": 12_000, "learning_starts": 2_000, "buffer_size": 100_000}
+            if scale
+            else {"total_env_steps": 600, "learning_starts": 300, "buffer_size": 1_000},
+        },
+        "A2C CartPole": {
+            "config": "configs/a2c/cartpole.yaml",
+            "model": {"total_env_steps": 50_000 if scale else 2_000},
+        },
+        "SAC HalfCheetah": {
+            "config": "configs/sac/halfcheetah.yaml",
+            "model": {"total_env_steps": 4_000 if scale else 300, "learning_starts": 1_000 if scale else 100},
+        },
+        "TD3 HalfCheetah": {
+            "config": "configs/td3/halfcheetah.yaml",
+            "model": {"total_env_steps": 4_000 if scale else 300, "learning_starts": 1_000 if scale else 100},
+        },
+    }
+    runs = []
+    for name, spec in specs.items():
+        for graphs in (False, True):
+            runs.append(
+                (
+                    f"{name}, {'CUDA graphs' if graphs else 'eager'}",
+                    {**spec, "accelerator": accel, "cuda_graphs": graphs},
+                )
+            )
+    return runs
+
+
+def section_graphs(ctx: Context) -> list[str]:
+    lines = [
+        "Fits through the Trainer, each a fresh process, evaluation off; rates over the steady-state window "
+        f"(from optimizer step {WINDOW_FROM_GRAD_STEP}). graphs: per update function, captured / replayed / "
+        "eager calls (warm-up) / capture failed.",
+        "",
+        "| run | env steps/s | gradient steps/s | fit s | graphs |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, spec in graph_specs(ctx):
+        if ctx.remaining() < 25:
+            lines.append(f"| {name} | skipped: out of time | | | |")
+            continue
+        try:
+            r = run_fit(spec, min(240, ctx.remaining() - 5))
+        except Exception as e:
+            lines.append(f"| {name} | failed: {str(e).splitlines()[-1][:150]} | | | |")
+            print(f"{name} failed: {e}", file=sys.stderr, flush=True)
+            continue
+        ctx.record("graphs", {"run": name, **r})
+        graphs = "; ".join(f"{k}: {'/'.join(map(str, v))}" for k, v in r["graphs"].items()) or "-"
+        lines.append(
+            f"| {name} | {r['env_steps_per_s']:,.0f} | {r['grad_steps_per_s']:,.1f} | {r['fit_s']:.1f} | {graphs} |"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
 # ----------------------------------------------------------------------------- other benchmarks
 def section_torch_envs(ctx: Context) -> list[str]:
     md = ctx.out / "torch_envs.md"
@@ -388,6 +468,7 @@ def main() -> None:
         "transfers": "Host-device copies in one PPO rollout (8 CartPole envs, 256 vector steps)",
         "update": "Atari networks: gradient steps/s of the update alone",
         "atari": "Atari fits through the Trainer: env steps/s and gradient steps/s",
+        "graphs": "Fits with and without CUDA graphs (`cuda_graphs: true`)",
         "torch_envs": "Torch-native envs on the GPU (`benchmarks/torch_envs.py --device cuda --num-envs 65536`)",
         "cartpole": "PPO CartPole-v1: CPU vs GPU, precision, compile",
         "learn_bf16": "PPO CartPole-v1 in bf16-mixed on the GPU",
@@ -396,6 +477,7 @@ def main() -> None:
         "transfers": section_transfers,
         "update": section_update,
         "atari": section_atari,
+        "graphs": section_graphs,
         "torch_envs": section_torch_envs,
         "cartpole": section_cartpole,
         "learn_bf16": section_learn_bf16,

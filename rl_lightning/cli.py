@@ -12,7 +12,8 @@ every 10 training steps, and a progress bar in env steps (``RLProgressBar``; off
 ``--trainer.enable_progress_bar false``).
 
 Beyond Lightning's own options: ``compile: true`` (``--compile true``) compiles the networks with
-``torch.compile`` (the ``CompileNetworks`` callback). ``precision: 16-mixed`` on CPU is refused
+``torch.compile`` (the ``CompileNetworks`` callback); ``cuda_graphs: true`` runs each update as a
+CUDA graph (the ``CUDAGraphs`` callback). ``precision: 16-mixed`` on CPU is refused
 with a message: Lightning would run bfloat16 instead of the float16 asked for.
 """
 
@@ -33,6 +34,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
+from rl_lightning.callbacks.cuda_graphs import CUDAGraphs
 from rl_lightning.checkpointing import atomic_write, checkpoint_env_steps, is_loadable, newest_loadable
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, RunFailed
@@ -127,6 +129,9 @@ class RLCLI(LightningCLI):
         parser.add_argument(
             "--compile", type=bool, default=False, help="torch.compile the networks (the CompileNetworks callback)."
         )
+        parser.add_argument(
+            "--cuda_graphs", type=bool, default=False, help="each update as a CUDA graph (the CUDAGraphs callback)."
+        )
 
     def before_instantiate_classes(self) -> None:
         self._check_precision()
@@ -153,6 +158,8 @@ class RLCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         if self._get(self.config_init, "compile", default=False):
             trainer.callbacks.append(CompileNetworks())
+        if self._get(self.config_init, "cuda_graphs", default=False):
+            trainer.callbacks.append(CUDAGraphs())
         return trainer
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Trainer:

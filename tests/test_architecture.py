@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_lightning"
 LAYERS = [
     {"errors"},
     {"envs", "networks"},
-    {"data", "config", "exploration"},
+    {"data", "config", "exploration", "cuda_graphs"},
     {"evaluation", "export", "checkpointing"},
     {"callbacks", "plotting"},  # use an algorithm through its public methods, never import one
     {"algorithms"},

@@ -137,3 +137,24 @@ def test_set_overrides_read_numbers_as_numbers():
     items = ["learning_rate=3e-4", "hidden_sizes=[64, 64]", "activation=tanh", "anneal_lr=true"]
     parsed = learning.parse_overrides(items)
     assert parsed == {"learning_rate": 3e-4, "hidden_sizes": [64, 64], "activation": "tanh", "anneal_lr": True}
+
+
+def test_gpu_script_graph_runs_report_their_update_graphs() -> None:
+    from types import SimpleNamespace
+
+    gpu = load_gpu_script()
+    specs = dict(gpu.graph_specs(SimpleNamespace(gpu=False)))
+    assert {name.split(",")[0] for name in specs} == {
+        "PPO Pong (envpool)",
+        "DQN Pong (envpool)",
+        "A2C CartPole",
+        "SAC HalfCheetah",
+        "TD3 HalfCheetah",
+    }
+    threads = torch.get_num_threads()
+    try:
+        r = gpu.fit_worker(specs["A2C CartPole, CUDA graphs"])
+    finally:
+        torch.set_num_threads(threads)
+    captured, replayed, eager, failed = r["graphs"]["rollout_update"]
+    assert (captured, replayed, failed) == (0, 0, False) and eager == r["grad_steps"] > 0  # CPU: eager updates

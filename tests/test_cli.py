@@ -99,6 +99,7 @@ PRESET_LINES = {
     "ddp": "strategy: ddp",
     "bf16": "precision: bf16-mixed",
     "compile": "compile: true",
+    "cudagraphs": "cuda_graphs: true",
     "docker": "save_dir: /workspace/logs",
 }
 

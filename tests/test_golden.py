@@ -86,10 +86,10 @@ def _fingerprint() -> str:
     return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} torch {torch.__version__}"
 
 
-def _run(name: str) -> dict[str, Any]:
+def _run(name: str, callbacks: list[L.Callback] | None = None) -> dict[str, Any]:
     L.seed_everything(123)
     model = CASES[name]()
-    trainer = quick_trainer()
+    trainer = quick_trainer(callbacks=callbacks)
     trainer.fit(model)
     replay = model.replay.buffer if model.replay is not None else None
     result = {
@@ -117,7 +117,11 @@ def test_results_match_the_recorded_goldens(name):
         GOLDEN.mkdir(exist_ok=True)
         torch.save(got, path)
         pytest.skip(f"recorded {path}")
-    want = torch.load(path, weights_only=True)
+    assert_matches_golden(name, got)
+
+
+def assert_matches_golden(name: str, got: dict[str, Any]) -> None:
+    want = torch.load(GOLDEN / f"{name}.pt", weights_only=True)
     exact = want["fingerprint"] == got["fingerprint"]
     assert (got["env_steps"], got["global_step"]) == (want["env_steps"], want["global_step"])
     assert len(got["state"]) == len(want["state"]), (got["names"], want["names"])

@@ -143,32 +143,41 @@ class A2C(RLModule):
             b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
             if hp.anneal_lr:
                 self.anneal_learning_rate(opt, hp.learning_rate)
-            advantages = b.advantages
-            if hp.norm_adv:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            logprobs, entropy, values = self.agent.evaluate(b.obs, b.actions)
-            out = a2c_loss(
-                logprobs.float(), advantages, values.float(), b.returns, entropy.float(), hp.ent_coef, hp.vf_coef
-            )
-            self.gradient_step(opt, out.loss, hp.max_grad_norm)
+            out = self.run_update(self.rollout_update, b.obs, b.actions, b.advantages, b.returns)
 
         if self.should_log():  # the last update of the step
             self.log_training(
                 {
-                    "train/policy_loss": out.policy_loss.detach(),
-                    "train/value_loss": out.value_loss.detach(),
-                    "train/entropy": out.entropy.detach(),
+                    "train/policy_loss": out.policy_loss,
+                    "train/value_loss": out.value_loss,
+                    "train/entropy": out.entropy,
                     "train/explained_variance": 1 - (b.returns - b.values).var() / b.returns.var(),
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )
-        return out.loss.detach()
+        return out.loss
+
+    def rollout_update(self, obs: Tensor, actions: Tensor, advantages: Tensor, returns: Tensor) -> A2CLoss:
+        """The rollout's loss and optimizer step (one CUDA graph with CUDA graphs on)."""
+        hp = self.hparams
+        if hp.norm_adv:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        logprobs, entropy, values = self.agent.evaluate(obs, actions)
+        out = a2c_loss(logprobs.float(), advantages, values.float(), returns, entropy.float(), hp.ent_coef, hp.vf_coef)
+        self.gradient_step(self.optimizers(), out.loss, hp.max_grad_norm)
+        return A2CLoss(*(t.detach() for t in out))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.hparams.optimizer == "rmsprop":
             # foreach: torch picks it by default on CUDA only and loops over the tensors on CPU (no
             # fused RMSprop exists); one kernel per op for all tensors is faster on CPU too.
+            lr, capturable = self.hparams.learning_rate, self.cuda_graphs and self.device.type == "cuda"
             return torch.optim.RMSprop(
-                self.agent.parameters(), lr=self.hparams.learning_rate, alpha=0.99, eps=1e-5, foreach=True
+                self.agent.parameters(),
+                lr=torch.tensor(lr, device=self.device) if capturable else lr,  # a tensor: annealed in place
+                alpha=0.99,
+                eps=1e-5,
+                foreach=True,
+                capturable=capturable,
             )
         return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import lightning as L
@@ -45,6 +45,7 @@ from rl_lightning.checkpointing import (
     set_rng_state,
 )
 from rl_lightning.config import DEFAULT_RUN, ConfigT, RunConfig, as_config, resolve_config
+from rl_lightning.cuda_graphs import GraphedUpdate
 from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.data.replay import Replay, ReplayConfig
 from rl_lightning.data.rollout import Policy, Rollout, Rollouts
@@ -98,6 +99,10 @@ class RLModule(L.LightningModule):
         self.eval_episodes = self.run_config.eval_episodes
         self.env_steps = 0  # global: all ranks together
         self.env_restarts = 0  # this rank's, with env.restart_on_failure
+        self.cuda_graphs = False  # updates as CUDA graphs (the CUDAGraphs callback: enable_cuda_graphs)
+        self._graphed: dict[str, GraphedUpdate] = {}
+        self._stepped: list[Any] = []  # the optimizers the running update stepped (CUDA-graph updates)
+        self._steps_of: dict[str, list[Any]] = {}  # ... and those each update steps, for its replays
         self.envs: gym.vector.VectorEnv | None = None
         self.replay_config: ReplayConfig | None = None  # off-policy algorithms: configure_replay
         self.rollouts: Rollouts | None = None  # on-policy algorithms' rollout side
@@ -227,7 +232,12 @@ class RLModule(L.LightningModule):
             yield i
 
     def collect_rollout(self, policy: Policy) -> Rollout:
-        """One rollout of ``policy`` from ``self.rollouts`` (PPO, A2C, REINFORCE)."""
+        """One rollout of ``policy`` from ``self.rollouts`` (PPO, A2C, REINFORCE). With CUDA graphs,
+        the policy's acting forward (``act``) is captured too, except with gSDE, whose exploration
+        matrices are redrawn from Python."""
+        if self.cuda_graphs and not self.hparams.get("use_sde", False):
+            act = self._graphed.get("act") or self._graphed.setdefault("act", GraphedUpdate(policy.act, "act"))
+            policy = GraphedPolicy(act, policy.value)
         return self._collect(self.rollouts, policy)
 
     def collect_phase(self, act: Callable[[Tensor], Tensor]) -> int:
@@ -321,9 +331,43 @@ class RLModule(L.LightningModule):
             progress["return"] = metrics["rollout/episode_return"]
         self.log_dict(progress, prog_bar=True, logger=False, batch_size=1)
 
+    def enable_cuda_graphs(self) -> None:
+        """Run every update (``run_update``) as a CUDA graph from now on; called by the ``CUDAGraphs``
+        callback before the optimizers are built (they must be capturable)."""
+        self.cuda_graphs = True
+
+    def run_update(self, update: Callable[..., Any], *inputs: Tensor) -> Any:
+        """One update: ``update(*inputs)`` (tensors in; losses, ``gradient_step`` calls and tensors
+        out), run as it is, or with CUDA graphs on, captured once per input shapes and replayed
+        (``rl_lightning.cuda_graphs``; eager on CPU). What it returns is valid until the next call."""
+        if not self.cuda_graphs:
+            return update(*inputs)
+        name = update.__name__
+        graphed = self._graphed.get(name) or self._graphed.setdefault(name, GraphedUpdate(update, name))
+        replays = graphed.replays
+        self._stepped = []
+        out = graphed(*inputs)
+        if graphed.replays == replays:  # the update's Python ran: it named the optimizers it steps
+            self._steps_of[name] = self._stepped
+        for optimizer in self._steps_of[name]:  # Lightning counts optimizer steps (global_step) in these hooks
+            optimizer._on_before_step()
+            optimizer._on_after_step()
+        return out
+
     def gradient_step(self, optimizer: Any, loss: Tensor, max_grad_norm: float | None = None) -> None:
         """One optimizer step in manual optimization, the documented way (``zero_grad``,
-        ``manual_backward``, ``clip_gradients``, ``step``), so precision plugins and DDP apply."""
+        ``manual_backward``, ``clip_gradients``, ``step``), so precision plugins and DDP apply.
+        With CUDA graphs, the same steps in plain torch (Lightning's hooks around backward and the
+        optimizer step are Python: they could not run on a graph's replays)."""
+        if self.cuda_graphs:
+            optimizer.zero_grad()
+            loss.backward()
+            if max_grad_norm is not None:
+                params = [p for group in optimizer.param_groups for p in group["params"]]
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            optimizer.optimizer.step()
+            self._stepped.append(optimizer)
+            return
         optimizer.zero_grad()
         self.manual_backward(loss)
         if max_grad_norm is not None:
@@ -333,12 +377,18 @@ class RLModule(L.LightningModule):
     def adam(self, params: Any, lr: float, eps: float = 1e-8, clipped: bool = True) -> torch.optim.Adam:
         """Adam, fused unless gradients are clipped under mixed precision (see ``make_adam``)."""
         precision = str(self.trainer.precision) if self._trainer is not None else "32-true"
-        return make_adam(params, lr, eps, fused=not (clipped and ("mixed" in precision or precision == "16")))
+        fused = not (clipped and ("mixed" in precision or precision == "16"))
+        return make_adam(params, lr, eps, fused=fused, capturable=self.cuda_graphs)
 
     def anneal_learning_rate(self, optimizer: torch.optim.Optimizer, start: float) -> None:
-        """Learning rate decays linearly from ``start`` to 0 over ``total_env_steps``."""
+        """Learning rate decays linearly from ``start`` to 0 over ``total_env_steps`` (in place where
+        it is a tensor: a CUDA graph reads it from there)."""
         for group in optimizer.param_groups:
-            group["lr"] = start * linear_schedule(1.0, 0.0, self.total_env_steps, self.env_steps)
+            lr = start * linear_schedule(1.0, 0.0, self.total_env_steps, self.env_steps)
+            if isinstance(group["lr"], Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
 
     # ------------------------------------------------------------------------------- evaluation
     def val_dataloader(self) -> DataLoader:
@@ -413,6 +463,14 @@ class RLModule(L.LightningModule):
         self.build_for_env()
         if state.get("replay_buffer") is not None and self.replay is not None:
             self.replay.load_state_dict(state["replay_buffer"])
+
+
+class GraphedPolicy(NamedTuple):
+    """A ``Policy`` whose ``act`` is a ``GraphedUpdate`` (its outputs are valid until the next call:
+    the collectors copy them at once)."""
+
+    act: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]
+    value: Callable[[Tensor], Tensor]
 
 
 def linear_schedule(start: float, end: float, duration: float, t: float) -> float:

@@ -181,7 +181,6 @@ class DQN(RLModule):
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
         """``iterations`` collection phases (``replay.phases_per_step``), each followed by its updates."""
         hp = self.hparams
-        opt = self.optimizers()
         logging = self.should_log()
         stats: list[Tensor] = []
         for _ in self.within_budget(iterations):
@@ -196,12 +195,11 @@ class DQN(RLModule):
                 polyak_update(self.q_net, self.q_target, 1.0 - (1.0 - hp.tau) ** due)
             beta = linear_schedule(hp.prioritized_replay_beta, 1.0, self.total_env_steps, self.env_steps)
             for batch, target in self._minibatches(beta):
-                q = self.q_net(batch.obs).gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)
-                loss, td = dqn_loss(q.float(), target.float(), batch.weights, hp.loss)
-                self.gradient_step(opt, loss, hp.max_grad_norm)
+                weights = [] if batch.weights is None else [batch.weights]
+                loss, td, q_mean = self.run_update(self.minibatch_update, batch.obs, batch.actions, target, *weights)
                 self.replay.update_priorities(batch.indices, td.abs())
                 if logging:  # a stack per gradient step, only on the steps that log
-                    stats.append(torch.stack([loss.detach(), q.detach().float().mean()]))
+                    stats.append(torch.stack([loss, q_mean]))
 
         if logging:
             loss_mean, q_mean = torch.stack(stats).mean(0)
@@ -209,7 +207,17 @@ class DQN(RLModule):
             if hp.prioritized_replay:
                 metrics["train/beta"] = beta
             self.log_training(metrics)
-        return loss.detach()
+        return loss
+
+    def minibatch_update(
+        self, obs: Tensor, actions: Tensor, target: Tensor, weights: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One minibatch's TD loss and optimizer step (one CUDA graph with CUDA graphs on): the loss,
+        the TD errors (new priorities) and the mean Q-value."""
+        q = self.q_net(obs).gather(1, actions.long().unsqueeze(1)).squeeze(1)
+        loss, td = dqn_loss(q.float(), target.float(), weights, self.hparams.loss)
+        self.gradient_step(self.optimizers(), loss, self.hparams.max_grad_norm)
+        return loss.detach(), td.detach(), q.detach().float().mean()
 
     @torch.no_grad()
     def _minibatches(self, beta: float) -> Iterator[tuple[ReplayBatch, Tensor]]:

@@ -221,7 +221,8 @@ class PPO(RLModule):
                         self.minibatch_size
                     )
                 for mb_inds in minibatches:
-                    out = self.minibatch_loss(
+                    out = self.run_update(
+                        self.minibatch_update,
                         b.obs[mb_inds],
                         b.actions[mb_inds],
                         b.logprobs[mb_inds],
@@ -229,9 +230,8 @@ class PPO(RLModule):
                         b.values[mb_inds],
                         b.returns[mb_inds],
                     )
-                    self.gradient_step(opt, out.loss, hp.max_grad_norm)
                     if logging:  # ~15 us of stacking per minibatch, only on the steps that log
-                        stats.append(torch.stack([t.detach() for t in out[1:]]))
+                        stats.append(torch.stack(out[1:]))
                 if hp.target_kl is not None:
                     # Same decision on every DDP rank, or their optimizer steps would diverge.
                     kl = self.trainer.strategy.reduce(out.approx_kl.detach(), reduce_op="mean")
@@ -251,7 +251,15 @@ class PPO(RLModule):
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )
-        return out.loss.detach()
+        return out.loss
+
+    def minibatch_update(
+        self, obs: Tensor, actions: Tensor, logprobs: Tensor, advantages: Tensor, values: Tensor, returns: Tensor
+    ) -> PPOLoss:
+        """One minibatch's loss and optimizer step (one CUDA graph with CUDA graphs on)."""
+        out = self.minibatch_loss(obs, actions, logprobs, advantages, values, returns)
+        self.gradient_step(self.optimizers(), out.loss, self.hparams.max_grad_norm)
+        return PPOLoss(*(t.detach() for t in out))
 
     def minibatch_loss(
         self, obs: Tensor, actions: Tensor, logprobs: Tensor, advantages: Tensor, values: Tensor, returns: Tensor

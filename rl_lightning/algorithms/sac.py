@@ -166,7 +166,6 @@ class SAC(RLModule):
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
         """``iterations`` collection phases (``replay.phases_per_step``), each followed by its updates."""
         hp = self.hparams
-        actor_opt, critic_opt, *alpha_opt = self.optimizers()
         log = self.should_log()
         stats: list[Tensor] = []
         for _ in self.within_budget(iterations):
@@ -174,32 +173,15 @@ class SAC(RLModule):
                 self.actor.reset_noise(self.env_config.num_envs)  # one exploration matrix per sub-env
             self.collect_phase(self._explore)
             for _ in range(self.replay_config.gradient_steps):
-                if hp.use_sde:
+                if hp.use_sde and not self.cuda_graphs:  # drawn before the batch (a graph draws it inside)
                     self.actor.reset_noise()  # one matrix for this gradient step's batch, as in SB3
                 b = self.replay.sample()
-                actions_pi, log_pi = self.actor.sample(b.obs)
-                alpha = self.log_alpha.detach().exp()  # this step's alpha: the value before its update
-                if self.tune_alpha:
-                    self.gradient_step(alpha_opt[0], alpha_loss(self.log_alpha, log_pi, self.target_entropy))
-
-                with torch.no_grad():
-                    next_actions, next_log_pi = self.actor.sample(b.next_obs)
-                    next_q = self.critic_target(b.next_obs, next_actions)
-                    target = soft_q_target(b.rewards, b.discounts, b.terminated, next_q, next_log_pi, alpha)
-                q = self.critic(b.obs, b.actions)
-                loss_q = q_loss(q, target)
-                self.gradient_step(critic_opt, loss_q)
-
-                # The actor's gradient flows through the (just updated) critics into the actions only.
-                self.critic.requires_grad_(False)
-                loss_pi = sac_actor_loss(self.critic(b.obs, actions_pi), log_pi, alpha)
-                self.critic.requires_grad_(True)
-                self.gradient_step(actor_opt, loss_pi)
-
-                polyak_update(self.critic, self.critic_target, hp.tau)
+                out = self.run_update(
+                    self.batch_update, b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs
+                )
                 self.num_updates += 1
                 if log:
-                    stats.append(torch.stack([loss_q, loss_pi, q.mean(), -log_pi.mean(), alpha]).detach())
+                    stats.append(out.clone())
 
         if log:
             loss_q_mean, loss_pi_mean, q_mean, entropy, alpha_mean = torch.stack(stats).mean(0)
@@ -212,7 +194,39 @@ class SAC(RLModule):
                     "train/ent_coef": alpha_mean,
                 }
             )
-        return torch.stack([loss_q, loss_pi]).detach()
+        return out[:2]
+
+    def batch_update(
+        self, obs: Tensor, actions: Tensor, rewards: Tensor, discounts: Tensor, terminated: Tensor, next_obs: Tensor
+    ) -> Tensor:
+        """One update of the temperature, the critics and the actor on a batch, and the target critics
+        (one CUDA graph with CUDA graphs on). Returns the critic and actor losses, the mean Q-value,
+        the entropy estimate and the temperature used, stacked."""
+        hp = self.hparams
+        actor_opt, critic_opt, *alpha_opt = self.optimizers()
+        if hp.use_sde and self.cuda_graphs:
+            self.actor.reset_noise()  # inside the graph, so that its replays draw new noise
+        actions_pi, log_pi = self.actor.sample(obs)
+        alpha = self.log_alpha.detach().exp()  # this step's alpha: the value before its update
+        if self.tune_alpha:
+            self.gradient_step(alpha_opt[0], alpha_loss(self.log_alpha, log_pi, self.target_entropy))
+
+        with torch.no_grad():
+            next_actions, next_log_pi = self.actor.sample(next_obs)
+            next_q = self.critic_target(next_obs, next_actions)
+            target = soft_q_target(rewards, discounts, terminated, next_q, next_log_pi, alpha)
+        q = self.critic(obs, actions)
+        loss_q = q_loss(q, target)
+        self.gradient_step(critic_opt, loss_q)
+
+        # The actor's gradient flows through the (just updated) critics into the actions only.
+        self.critic.requires_grad_(False)
+        loss_pi = sac_actor_loss(self.critic(obs, actions_pi), log_pi, alpha)
+        self.critic.requires_grad_(True)
+        self.gradient_step(actor_opt, loss_pi)
+
+        polyak_update(self.critic, self.critic_target, hp.tau)
+        return torch.stack([loss_q, loss_pi, q.mean(), -log_pi.mean(), alpha]).detach()
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.learning_rate

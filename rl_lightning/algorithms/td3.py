@@ -160,8 +160,6 @@ class TD3(RLModule):
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
         """``iterations`` collection phases (``replay.phases_per_step``), each followed by its updates."""
-        hp = self.hparams
-        actor_opt, critic_opt = self.optimizers()
         log = self.should_log()
         critic_stats: list[Tensor] = []
         actor_stats: list[Tensor] = []
@@ -169,30 +167,16 @@ class TD3(RLModule):
             self.collect_phase(self._explore)
             for _ in range(self.replay_config.gradient_steps):
                 b = self.replay.sample()
-                with torch.no_grad():
-                    next_actions = self.actor_target(b.next_obs)
-                    if self.target_policy_noise > 0:
-                        noise = torch.randn_like(next_actions) * self.target_policy_noise
-                        next_actions = smoothed_target_actions(next_actions, noise, self.target_noise_clip)
-                    next_q = self.critic_target(b.next_obs, next_actions)
-                    target = td3_target(b.rewards, b.discounts, b.terminated, next_q)
-                q = self.critic(b.obs, b.actions)
-                loss_q = q_loss(q, target)
-                self.gradient_step(critic_opt, loss_q)
+                critic_out = self.run_update(
+                    self.critic_update, b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs
+                )
                 self.num_updates += 1
                 if log:
-                    critic_stats.append(torch.stack([loss_q, q.mean()]).detach())
-
+                    critic_stats.append(critic_out.clone())
                 if self.num_updates % self.policy_frequency == 0:
-                    # The actor's gradient flows through the critic into the actions only.
-                    self.critic.requires_grad_(False)
-                    loss_pi = deterministic_actor_loss(self.critic(b.obs, self.actor(b.obs), first=1)[0])
-                    self.critic.requires_grad_(True)
-                    self.gradient_step(actor_opt, loss_pi)
-                    polyak_update(self.critic, self.critic_target, hp.tau)
-                    polyak_update(self.actor, self.actor_target, hp.tau)
+                    loss_pi = self.run_update(self.actor_update, b.obs)
                     if log:
-                        actor_stats.append(loss_pi.detach())
+                        actor_stats.append(loss_pi.clone())
 
         if log:
             loss_q_mean, q_mean = torch.stack(critic_stats).mean(0)
@@ -200,7 +184,35 @@ class TD3(RLModule):
             if actor_stats:
                 metrics["train/actor_loss"] = torch.stack(actor_stats).mean()
             self.log_training(metrics)
-        return loss_q.detach()
+        return critic_out[0]
+
+    def critic_update(
+        self, obs: Tensor, actions: Tensor, rewards: Tensor, discounts: Tensor, terminated: Tensor, next_obs: Tensor
+    ) -> Tensor:
+        """One critic update on a batch (one CUDA graph with CUDA graphs on): the loss and the mean
+        Q-value, stacked."""
+        with torch.no_grad():
+            next_actions = self.actor_target(next_obs)
+            if self.target_policy_noise > 0:
+                noise = torch.randn_like(next_actions) * self.target_policy_noise
+                next_actions = smoothed_target_actions(next_actions, noise, self.target_noise_clip)
+            next_q = self.critic_target(next_obs, next_actions)
+            target = td3_target(rewards, discounts, terminated, next_q)
+        q = self.critic(obs, actions)
+        loss_q = q_loss(q, target)
+        self.gradient_step(self.optimizers()[1], loss_q)
+        return torch.stack([loss_q, q.mean()]).detach()
+
+    def actor_update(self, obs: Tensor) -> Tensor:
+        """The delayed actor update and the target networks' (one CUDA graph with CUDA graphs on)."""
+        # The actor's gradient flows through the critic into the actions only.
+        self.critic.requires_grad_(False)
+        loss_pi = deterministic_actor_loss(self.critic(obs, self.actor(obs), first=1)[0])
+        self.critic.requires_grad_(True)
+        self.gradient_step(self.optimizers()[0], loss_pi)
+        polyak_update(self.critic, self.critic_target, self.hparams.tau)
+        polyak_update(self.actor, self.actor_target, self.hparams.tau)
+        return loss_pi.detach()
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.learning_rate
