@@ -146,3 +146,17 @@ def test_evaluation_plays_envpool_too_without_the_training_rules_and_videos_play
     video = make_eval_env(config, num_envs=1, render_mode="rgb_array")
     assert not isinstance(video, EnvpoolVectorEnv) and video.render_mode == "rgb_array"
     video.close()
+
+
+def test_without_envpool_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    from rl_lightning.envs import envpool_backend
+
+    monkeypatch.setitem(sys.modules, "envpool", None)
+    envpool_backend.envpool_ids.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"pip install 'rl-lightning\[envpool\]'"):
+            envs("CartPole-v1")
+    finally:
+        envpool_backend.envpool_ids.cache_clear()

@@ -66,7 +66,8 @@ class EnvConfig:
             module's device, so whole rollouts stay there (``vectorization`` is then ignored).
             Evaluation plays gymnasium's env. ``envpool`` builds envpool's C++ thread-pool vector
             env for the same id (the ``envpool`` extra; Atari, MuJoCo, classic control; threads:
-            ``env_kwargs: {num_threads: N}``); evaluation plays envpool's env too.
+            ``env_kwargs: {num_threads: N}``, ``vectorization`` ignored); evaluation plays
+            envpool's env too.
         wrappers: gymnasium wrappers applied to every sub-env, in training and evaluation, innermost
             first, each a class path (``gymnasium.wrappers.FlattenObservation``) or ``{class_path: ...,
             init_args: {...}}`` (``{class_path: gymnasium.wrappers.FrameStackObservation, init_args:
