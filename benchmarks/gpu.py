@@ -262,21 +262,34 @@ def section_atari(ctx: Context) -> list[str]:
         "| run | env steps/s | gradient steps/s | CPU s/s | fit s (start-up, compile incl.) |",
         "|---|---:|---:|---:|---:|",
     ]
-    for name, spec in atari_specs(ctx):
+    return lines + fit_rows(
+        ctx,
+        "atari",
+        atari_specs(ctx),
+        lambda r: (
+            f"{r['env_steps_per_s']:,.0f} | {r['grad_steps_per_s']:,.1f} | {r['cpu_s_per_s']:.2f} | {r['fit_s']:.1f}"
+        ),
+    )
+
+
+def fit_rows(
+    ctx: Context, section: str, specs: list[tuple[str, dict[str, Any]]], cells: Callable[[dict[str, Any]], str]
+) -> list[str]:
+    """One table row per ``(name, spec)``: ``run_fit(spec)`` in a fresh process, its result recorded
+    under ``section`` and written by ``cells``; skipped when out of time, ``failed`` with the error."""
+    lines = []
+    for name, spec in specs:
         if ctx.remaining() < 25:
-            lines.append(f"| {name} | skipped: out of time | | | |")
+            lines.append(f"| {name} | skipped: out of time |")
             continue
         try:
             r = run_fit(spec, min(240, ctx.remaining() - 5))
         except Exception as e:
-            lines.append(f"| {name} | failed: {str(e).splitlines()[-1][:150]} | | | |")
+            lines.append(f"| {name} | failed: {str(e).splitlines()[-1][:150]} |")
             print(f"{name} failed: {e}", file=sys.stderr, flush=True)
             continue
-        ctx.record("atari", {"run": name, **r})
-        lines.append(
-            f"| {name} | {r['env_steps_per_s']:,.0f} | {r['grad_steps_per_s']:,.1f} | {r['cpu_s_per_s']:.2f} "
-            f"| {r['fit_s']:.1f} |"
-        )
+        ctx.record(section, {"run": name, **r})
+        lines.append(f"| {name} | {cells(r)} |")
         print(lines[-1], flush=True)
     return lines
 
@@ -330,23 +343,12 @@ def section_graphs(ctx: Context) -> list[str]:
         "| run | env steps/s | gradient steps/s | fit s | graphs |",
         "|---|---:|---:|---:|---|",
     ]
-    for name, spec in graph_specs(ctx):
-        if ctx.remaining() < 25:
-            lines.append(f"| {name} | skipped: out of time | | | |")
-            continue
-        try:
-            r = run_fit(spec, min(240, ctx.remaining() - 5))
-        except Exception as e:
-            lines.append(f"| {name} | failed: {str(e).splitlines()[-1][:150]} | | | |")
-            print(f"{name} failed: {e}", file=sys.stderr, flush=True)
-            continue
-        ctx.record("graphs", {"run": name, **r})
-        graphs = "; ".join(f"{k}: {'/'.join(map(str, v))}" for k, v in r["graphs"].items()) or "-"
-        lines.append(
-            f"| {name} | {r['env_steps_per_s']:,.0f} | {r['grad_steps_per_s']:,.1f} | {r['fit_s']:.1f} | {graphs} |"
-        )
-        print(lines[-1], flush=True)
-    return lines
+    return lines + fit_rows(ctx, "graphs", graph_specs(ctx), graph_cells)
+
+
+def graph_cells(r: dict[str, Any]) -> str:
+    graphs = "; ".join(f"{k}: {'/'.join(map(str, v))}" for k, v in r["graphs"].items()) or "-"
+    return f"{r['env_steps_per_s']:,.0f} | {r['grad_steps_per_s']:,.1f} | {r['fit_s']:.1f} | {graphs}"
 
 
 # ----------------------------------------------------------------------------- other benchmarks

@@ -14,6 +14,11 @@ CONFIGS = sorted(
     if c.parent.name not in ("trainer", "logger") and not c.name.endswith(".tune.yaml")
 )
 PRESETS = sorted((ROOT / "configs/trainer").glob("*.yaml"))
+# A fit of two evaluations of one episode, 512 env steps, no progress bar.
+TINY_RUN = (
+    *("--model.run.total_env_steps", "512", "--model.run.env_steps_per_epoch", "256"),
+    *("--model.run.eval_episodes", "1", "--trainer.enable_progress_bar", "false"),
+)
 
 
 def test_fit_then_validate_from_checkpoint(tmp_path):
@@ -118,15 +123,8 @@ def test_bf16_preset_runs_on_cpu(tmp_path):
     out = cli(
         "fit",
         *("--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--config", str(ROOT / "configs/trainer/bf16.yaml")),
-        *(
-            "--model.run.total_env_steps",
-            "512",
-            "--model.run.env_steps_per_epoch",
-            "256",
-            "--model.run.eval_episodes",
-            "1",
-        ),
-        *("--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"),
+        *TINY_RUN,
+        *("--trainer.accelerator", "cpu"),
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]

@@ -10,7 +10,7 @@ from rl_lightning.callbacks import CUDAGraphs
 from rl_lightning.cuda_graphs import GraphedUpdate
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.utils import make_adam
-from tests.test_cli import ROOT, cli
+from tests.test_cli import ROOT, TINY_RUN, cli
 from tests.test_golden import _run, assert_matches_golden
 
 GRAPHED = ["ppo", "a2c", "dqn", "dqn_double_dueling_nstep_per", "sac", "td3", "ddpg"]
@@ -72,22 +72,13 @@ def test_capturable_adam_only_on_cuda_and_annealing_writes_a_tensor_learning_rat
 
 
 def test_cli_switch_and_preset(tmp_path):
-    out = cli(
-        "fit",
+    configs = (
         "--config",
         str(ROOT / "configs/ppo/cartpole.yaml"),
         "--config",
         str(ROOT / "configs/trainer/cudagraphs.yaml"),
-        "--model.run.total_env_steps",
-        "512",
-        "--model.run.env_steps_per_epoch",
-        "256",
-        "--model.run.eval_episodes",
-        "1",
-        "--trainer.enable_progress_bar",
-        "false",
-        cwd=tmp_path,
     )
+    out = cli("fit", *configs, *TINY_RUN, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cuda_graphs: no CUDA device (this run is on cpu)" in out.stdout + out.stderr
 
