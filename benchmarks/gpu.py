@@ -16,7 +16,8 @@ section that would not fit in the time left is skipped with a note:
    configs/ppo/atari.yaml (256) and at 2048; DQN's (Nature-CNN Q-network, target forward, Huber loss,
    backward, clipping, Adam) at the batch of configs/dqn/atari.yaml (32) and at 512; each in float32,
    bfloat16 autocast (what ``precision: bf16-mixed`` does), ``torch.compile`` (what ``compile: true``
-   does) and ``torch.compile(mode="reduce-overhead")`` (CUDA graphs).
+   does), ``torch.compile(mode="reduce-overhead")`` (CUDA graphs of the loss) and ``cuda-graph``:
+   the whole update as one CUDA graph, as ``cuda_graphs: true`` runs it in fits.
 3. ``atari``: PPO-Atari (Breakout, configs/ppo/atari.yaml) and DQN-Atari (Pong, configs/dqn/atari.yaml
    with ``learning_starts`` cut to reach training quickly) fits through the Lightning Trainer, each a
    fresh process: steady-state env-steps/s and gradient steps/s (after the first 48 optimizer steps,
@@ -61,7 +62,7 @@ SECTION_S = {
     "cartpole": 80,
     "learn_bf16": 40,
 }
-UPDATE_MODES = ["fp32", "bf16", "compile", "compile-cudagraphs"]
+UPDATE_MODES = ["fp32", "bf16", "compile", "compile-cudagraphs", "cuda-graph"]
 
 
 def sync(device: str) -> None:
@@ -124,9 +125,12 @@ def atari_module(algo: str, device: str) -> tuple[Any, Any, Any]:
 def update_step(algo: str, batch: int, mode: str, device: str) -> tuple[Callable[[], None], Any]:
     """One gradient step of ``algo``'s Atari networks on a fixed random batch, as the fit does it."""
     from rl_lightning.algorithms.dqn import dqn_loss, dqn_target
+    from rl_lightning.cuda_graphs import GraphedUpdate
 
     model, obs_space, action_space = atari_module(algo, device)
     hp = model.hparams
+    if mode == "cuda-graph":
+        model.enable_cuda_graphs()  # a capturable Adam, as cuda_graphs: true builds it
     if mode.startswith("compile"):
         model.compile_networks(mode="reduce-overhead" if mode == "compile-cudagraphs" else None)
     autocast = mode == "bf16"
@@ -146,7 +150,7 @@ def update_step(algo: str, batch: int, mode: str, device: str) -> tuple[Callable
     obs, next_obs = frames(), frames()
     max_norm = hp.max_grad_norm
 
-    def step() -> None:
+    def update(obs: torch.Tensor, next_obs: torch.Tensor, actions: torch.Tensor, *floats: torch.Tensor) -> None:
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=autocast):
             if algo == "ppo":
                 logprobs = -1.4 + 0.1 * floats[0]
@@ -163,7 +167,10 @@ def update_step(algo: str, batch: int, mode: str, device: str) -> tuple[Callable
             torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         opt.step()
 
-    return step, model
+    if mode == "cuda-graph":  # the whole update (loss, backward, clipping, Adam) as one graph
+        graphed = GraphedUpdate(update)
+        return (lambda: graphed(obs, next_obs, actions, *floats)), model
+    return (lambda: update(obs, next_obs, actions, *floats)), model
 
 
 def time_update(algo: str, batch: int, mode: str, device: str, iters: int) -> dict[str, Any]:
@@ -198,7 +205,7 @@ def section_update(ctx: Context) -> list[str]:
     grid = [("ppo", 256, UPDATE_MODES), ("ppo", 2048, ["fp32", "bf16"]), ("dqn", 32, UPDATE_MODES)]
     grid += [("dqn", 512, ["fp32", "bf16"])]
     if not ctx.gpu:
-        grid = [("ppo", 32, ["fp32", "bf16", "compile"]), ("dqn", 32, ["fp32", "bf16", "compile"])]
+        grid = [("ppo", 32, ["fp32", "bf16", "compile", "cuda-graph"]), ("dqn", 32, ["fp32", "bf16", "cuda-graph"])]
     for algo, batch, modes in grid:
         base = None
         for mode in modes:
