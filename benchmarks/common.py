@@ -73,8 +73,9 @@ WINDOW_FROM_GRAD_STEP = 48  # steady state: compilation, CUDA and DDP warm-up ar
 
 def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     """One fit of ``spec["config"]`` with ``spec``'s overrides (``model``, ``env``, ``accelerator``,
-    ``devices``, ``precision``, ``compile``, ``cuda_graphs``, ``window_from_grad_step``), one torch thread per rank,
-    evaluation off; steady-state rates from the optimizer step ``window_from_grad_step`` to the end.
+    ``devices``, ``precision``, ``compile``, ``cuda_graphs``, ``window_from_grad_step``, ``max_time_s``),
+    one torch thread per rank, evaluation off; steady-state rates from the optimizer step
+    ``window_from_grad_step`` to the end.
     ``devices > 1`` on CPU is DDP over gloo (every rank runs this; rank 0 returns the result, with
     the CPU seconds of all ranks)."""
     import time
@@ -94,11 +95,16 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     class Clock(L.Callback):
         def __init__(self) -> None:
             self.marks: list[tuple[float, float, int, int]] = []
+            self.curve: list[list[float]] = []
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             if pl_module.device.type == "cuda":
                 torch.cuda.synchronize()
             self.marks.append((time.perf_counter(), time.process_time(), pl_module.env_steps, trainer.global_step))
+            if (r := trainer.callback_metrics.get("rollout/episode_return")) is not None and self.curve[-1:] != [
+                [pl_module.env_steps, float(r)]
+            ]:
+                self.curve.append([pl_module.env_steps, float(r)])  # the training return as logged
 
     L.seed_everything(0, verbose=False)
     model = make_model(cls, init, env=spec.get("env", {}), **spec.get("model", {}), env_steps_per_epoch=total)
@@ -109,6 +115,7 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
         strategy=DDPStrategy(timeout=timedelta(seconds=120)) if devices > 1 else "auto",
         precision=spec.get("precision", "32-true"),
         limit_val_batches=0,  # no evaluation: an untrained Atari policy can play for 27k steps
+        max_time=timedelta(seconds=spec["max_time_s"]) if "max_time_s" in spec else None,
         log_every_n_steps=trainer_args.get("log_every_n_steps", 10),
         callbacks=[clock]
         + ([CompileNetworks()] if spec.get("compile") else [])
@@ -140,6 +147,7 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
         "grad_steps": trainer.global_step,
         "fit_s": fit_s,
         "train_return": None if last_return is None else float(last_return),
+        "curve": clock.curve,  # [env steps, training return] at each logging step
         # CUDA graphs: per update function, graphs captured, calls replayed, calls run eagerly, failed
         "graphs": {k: [g.captures, g.replays, g.eager_calls, g.failed] for k, g in model._graphed.items()},
     }

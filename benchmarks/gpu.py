@@ -27,11 +27,14 @@ section that would not fit in the time left is skipped with a note:
    and replayed) for PPO and DQN on Pong (envpool), A2C on CartPole, SAC and TD3 on HalfCheetah:
    env-steps/s, gradient steps/s, and per update function the graphs captured, the calls replayed,
    the calls run eagerly (warm-up) and whether capture failed (then the run fell back to eager).
-5. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
+5. ``pong``: PPO on Pong (configs/ppo/atari_envpool.yaml: envpool, 8 envs) with CUDA graphs, for the
+   time left of the budget (up to its 10M frames): the training return along the env steps, and
+   the wall time.
+6. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
    torch-native env on the GPU, and PPO on 1024 torch CartPoles on the GPU to its config's budget.
-6. ``cartpole``: PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs): CPU vs GPU, float32 vs
+7. ``cartpole``: PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs): CPU vs GPU, float32 vs
    bf16-mixed vs compile, 8 vs 64 envs.
-7. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
+8. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
    expected (it solves in float32).
 """
 
@@ -51,13 +54,14 @@ import scaling  # benchmarks/ is on sys.path: the script's own directory
 import torch
 from common import ROOT, WINDOW_FROM_GRAD_STEP, fit_worker, load_config, make_model, quiet_trainer, run_fit  # noqa: F401 (fit_worker: tests)
 
-SECTIONS = ["transfers", "update", "atari", "graphs", "torch_envs", "cartpole", "learn_bf16"]
+SECTIONS = ["transfers", "update", "atari", "graphs", "pong", "torch_envs", "cartpole", "learn_bf16"]
 # Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
 SECTION_S = {
     "transfers": 15,
     "update": 90,
     "atari": 150,
     "graphs": 200,
+    "pong": 120,
     "torch_envs": 60,
     "cartpole": 80,
     "learn_bf16": 40,
@@ -358,6 +362,34 @@ def graph_cells(r: dict[str, Any]) -> str:
     return f"{r['env_steps_per_s']:,.0f} | {r['grad_steps_per_s']:,.1f} | {r['fit_s']:.1f} | {graphs}"
 
 
+def section_pong(ctx: Context) -> list[str]:
+    seconds = max(10.0, ctx.remaining() - 60) if ctx.gpu else 20.0
+    threads = 8 if ctx.gpu else 1
+    spec = {
+        "config": "configs/ppo/atari_envpool.yaml",
+        "accelerator": "gpu" if ctx.gpu else "cpu",
+        "cuda_graphs": True,
+        "env": {"env_kwargs": {"num_threads": threads}},
+        "model": {"total_env_steps": 2_500_000 if ctx.gpu else 2_048, **({} if ctx.gpu else {"num_steps": 16})},
+        "max_time_s": seconds,
+    }
+    r = run_fit(spec, seconds + 120)
+    ctx.record("pong", r)
+    curve = r["curve"]
+    marks = [
+        c for i, c in enumerate(curve) if i == len(curve) - 1 or int(c[0]) // 250_000 != int(curve[i + 1][0]) // 250_000
+    ]
+    return [
+        f"PPO, PongNoFrameskip-v4 on envpool (8 envs, {threads} threads), CUDA graphs, {r['env_steps']:,} env steps "
+        f"({4 * r['env_steps']:,} frames) in {r['fit_s']:.0f} s: {r['env_steps_per_s']:,.0f} env steps/s in the "
+        "steady state. Training return (the last logged before each 250k env steps):",
+        "",
+        "| env steps | training return |",
+        "|---:|---:|",
+        *(f"| {int(steps):,} | {ret:.1f} |" for steps, ret in marks),
+    ]
+
+
 # ----------------------------------------------------------------------------- other benchmarks
 def section_torch_envs(ctx: Context) -> list[str]:
     md = ctx.out / "torch_envs.md"
@@ -478,6 +510,7 @@ def main() -> None:
         "update": "Atari networks: gradient steps/s of the update alone",
         "atari": "Atari fits through the Trainer: env steps/s and gradient steps/s",
         "graphs": "Fits with and without CUDA graphs (`cuda_graphs: true`)",
+        "pong": "PPO on Pong with envpool and CUDA graphs, for the time left",
         "torch_envs": "Torch-native envs on the GPU (`benchmarks/torch_envs.py --device cuda --num-envs 65536`)",
         "cartpole": "PPO CartPole-v1: CPU vs GPU, precision, compile",
         "learn_bf16": "PPO CartPole-v1 in bf16-mixed on the GPU",
@@ -487,6 +520,7 @@ def main() -> None:
         "update": section_update,
         "atari": section_atari,
         "graphs": section_graphs,
+        "pong": section_pong,
         "torch_envs": section_torch_envs,
         "cartpole": section_cartpole,
         "learn_bf16": section_learn_bf16,

@@ -44,6 +44,7 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
         "config": "configs/dqn/atari.yaml",
         "accelerator": "cpu",
         "model": {"total_env_steps": 400, "learning_starts": 100, "buffer_size": 1_000, "train_freq": 1},
+        "max_time_s": 600,  # the Trainer's max_time (gpu.py's Pong section runs for the time it has)
     }
     threads = torch.get_num_threads()
     try:
@@ -52,6 +53,7 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
         torch.set_num_threads(threads)  # the worker sets 1 (it is meant for a fresh process)
     assert r["env_steps"] == 400 and r["grad_steps"] == 300  # one per env step after the random fill
     assert r["env_steps_per_s"] > 0 and r["grad_steps_per_s"] > 0
+    assert isinstance(r["curve"], list)  # [env steps, training return] per logged step
 
 
 def test_lightning_overhead_script_pairs_fit_and_plain_steps() -> None:
