@@ -9,9 +9,10 @@ gymnasium-backed equivalents, in one invocation.
    gymnasium's ``SyncVectorEnv`` of the same env (8 sub-envs, the layout our gymnasium-backed PPO
    uses), stepping a fixed pool of pre-drawn random actions (so action sampling is not timed).
 2. PPO: training env-steps/s (evaluation excluded, as in benchmarks/compare.py) of
-   configs/ppo/cartpole_torch.yaml (torch backend) and of configs/ppo/cartpole.yaml (gymnasium
-   backend), each for its config's full budget in a fresh subprocess, and the final deterministic
-   evaluation return on gymnasium's CartPole-v1 (20 episodes).
+   configs/ppo/cartpole_torch.yaml (torch backend; once more with CUDA graphs, ``cuda_graphs: true``:
+   each vector step and each update one graph on a GPU, eager on CPU) and of configs/ppo/cartpole.yaml
+   (gymnasium backend), each for its config's full budget in a fresh subprocess, and the final
+   deterministic evaluation return on gymnasium's CartPole-v1 (20 episodes).
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ def _time_steps(envs: Any, pool: list, num_envs: int, seconds: float, sync: Any 
 
 
 # --------------------------------------------------------------------------------------------- PPO
-def run_ppo(config: str, device: str, seed: int) -> dict[str, Any]:
+def run_ppo(config: str, device: str, seed: int, graphs: bool = False) -> dict[str, Any]:
     import lightning as L
     import numpy as np
     from lightning.pytorch.callbacks import Callback
+
+    from rl_lightning.callbacks import CUDAGraphs
 
     cls, init, _ = load_config(config)
     total = make_model(cls, init).total_env_steps
@@ -128,7 +131,7 @@ def run_ppo(config: str, device: str, seed: int) -> dict[str, Any]:
         num_sanity_val_steps=0,
         accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
-        callbacks=[clock],
+        callbacks=[clock, *([CUDAGraphs()] if graphs else [])],
         log_every_n_steps=10,
     )
     trainer.fit(model)
@@ -143,7 +146,7 @@ def run_ppo(config: str, device: str, seed: int) -> dict[str, Any]:
     }
 
 
-def launch(args: argparse.Namespace, config: str, device: str) -> dict[str, Any]:
+def launch(args: argparse.Namespace, config: str, device: str, graphs: bool = False) -> dict[str, Any]:
     """One PPO run in a fresh subprocess (no shared thread pools or caches; imports not timed)."""
     env = {
         **os.environ,
@@ -151,7 +154,7 @@ def launch(args: argparse.Namespace, config: str, device: str) -> dict[str, Any]
         "OMP_NUM_THREADS": str(args.threads),
     }
     cmd = [sys.executable, __file__, "--child", config, "--device", device, "--threads", str(args.threads)]
-    cmd += ["--seed", str(args.seed)]
+    cmd += ["--seed", str(args.seed), *(["--cuda-graphs"] if graphs else [])]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{config} failed:\n{out.stderr[-3000:]}")
@@ -171,13 +174,14 @@ def main() -> None:
     parser.add_argument("--skip-raw", action="store_true")
     parser.add_argument("--write", type=Path, help="replace (or append) the section in this markdown file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--cuda-graphs", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
     if args.child:
-        print(json.dumps(run_ppo(args.child, args.device, args.seed)))
+        print(json.dumps(run_ppo(args.child, args.device, args.seed, args.cuda_graphs)))
         return
 
     lines = [_subsection(args), "", _machine(args), ""]
@@ -198,6 +202,7 @@ def main() -> None:
     if not args.skip_ppo:
         runs = {
             "torch": launch(args, PPO_CONFIGS["torch"], args.device),
+            "torch, CUDA graphs": launch(args, PPO_CONFIGS["torch"], args.device, graphs=True),
             "gymnasium": launch(args, PPO_CONFIGS["gymnasium"], "cpu"),
         }
         base = runs["gymnasium"]["env_steps_per_s"]
@@ -212,9 +217,10 @@ def main() -> None:
             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for backend, r in runs.items():
-            dev = args.device if backend == "torch" else "cpu"
+            dev = "cpu" if backend == "gymnasium" else args.device
+            config = PPO_CONFIGS[backend.split(",")[0]]
             lines.append(
-                f"| `{PPO_CONFIGS[backend]}` | {backend} | {dev} | {r['num_envs']} | {r['env_steps']:,} | "
+                f"| `{config}` | {backend} | {dev} | {r['num_envs']} | {r['env_steps']:,} | "
                 f"{r['train_s']} | {r['train_cpu_s']} | {r['env_steps_per_s']:,} | "
                 f"{r['env_steps_per_s'] / base:.1f}x | {r['eval_return']} |"
             )

@@ -45,6 +45,7 @@ class GraphedUpdate:
         self.warmup_left: dict[tuple, int] = {}
         self.failed = False
         self.captures = self.replays = self.eager_calls = 0
+        self.generators: list[torch.Generator] = []  # besides the default one, those ``fn`` draws from
 
     def __call__(self, *inputs: Tensor) -> Any:
         if self.failed or not inputs or inputs[0].device.type != "cuda":
@@ -84,6 +85,8 @@ class GraphedUpdate:
     def _capture(self, key: tuple, inputs: tuple[Tensor, ...]) -> None:
         static_inputs = [x.clone() for x in inputs]
         graph = torch.cuda.CUDAGraph()
+        for generator in self.generators:  # their random streams advance with every replay
+            graph.register_generator_state(generator)
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
             static_out = self.fn(*static_inputs)

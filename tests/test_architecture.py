@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_lightning"
 # Each layer may import the layers below it (and modules of its own layer's package).
 LAYERS = [
     {"errors"},
-    {"envs", "networks"},
-    {"data", "config", "exploration", "cuda_graphs"},
+    {"envs", "networks", "cuda_graphs"},
+    {"data", "config", "exploration"},
     {"evaluation", "export", "checkpointing"},
     {"callbacks", "plotting"},  # use an algorithm through its public methods, never import one
     {"algorithms"},

@@ -3,6 +3,7 @@ capture itself, which needs a CUDA device (benchmarks/gpu.py measures it there).
 
 from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
 
@@ -101,3 +102,36 @@ def test_on_policy_collection_acts_through_the_graphed_policy_except_with_gsde()
 
     assert fit() == {"act": 2 * 16, "minibatch_update": 2 * 2}  # 2 rollouts of 16 vector steps
     assert "act" not in fit(env_id="Pendulum-v1", use_sde=True)
+
+
+def test_torch_env_rollouts_run_each_vector_step_through_one_graphed_step_in_place():
+    from rl_lightning import PPO, EnvConfig, RunConfig
+    from rl_lightning.envs.torch import make_torch_env
+    from tests.helpers import quick_trainer
+
+    # The env keeps its state tensors (a captured step replays on them) through steps and resets.
+    env = make_torch_env("CartPole-v1", 4)
+    env.reset(seed=0)
+    tensors = (env.state, env.episode_steps, env.episode_returns)
+    for _ in range(30):
+        env.step(torch.zeros(4, dtype=torch.int64))
+    env.reset(seed=1)
+    assert all(a is b for a, b in zip(tensors, (env.state, env.episode_steps, env.episode_returns), strict=True))
+
+    model = PPO(
+        env=EnvConfig("CartPole-v1", num_envs=16, backend="torch", seed=0),
+        run=RunConfig(total_env_steps=16 * 8 * 3, env_steps_per_epoch=16 * 8 * 3, eval_episodes=1),
+        num_steps=8,
+        num_minibatches=2,
+        update_epochs=1,
+    )
+    seen = []
+
+    class Collector(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            seen.append(pl_module.rollouts.collector)
+
+    quick_trainer(callbacks=[CUDAGraphs(), Collector()]).fit(model)
+    _, step = seen[-1]._graphed_step
+    assert step.eager_calls == 3 * 8 and step.generators == [seen[-1].envs.generator]  # CPU: eager
+    assert "act" not in model._graphed  # the whole step is graphed, the policy's act inside it

@@ -58,7 +58,7 @@ def gymnasium_one_step(env_id: str, states: np.ndarray, actions: np.ndarray):
 def torch_one_step(env_id: str, states: np.ndarray, actions: np.ndarray, dtype: torch.dtype):
     env = make_torch_env(env_id, len(states), dtype=dtype)
     env.reset(seed=0)
-    env.state = torch.as_tensor(states, dtype=dtype)
+    env.state.copy_(torch.as_tensor(states, dtype=dtype))  # the env steps its own state tensor in place
     _, r, term, trunc, infos = env.step(torch.as_tensor(actions))
     assert not trunc.any()
     return infos["final_obs"].numpy(), r.double().numpy(), term.numpy()

@@ -234,8 +234,9 @@ class RLModule(L.LightningModule):
     def collect_rollout(self, policy: Policy) -> Rollout:
         """One rollout of ``policy`` from ``self.rollouts`` (PPO, A2C, REINFORCE). With CUDA graphs,
         the policy's acting forward (``act``) is captured too, except with gSDE, whose exploration
-        matrices are redrawn from Python."""
-        if self.cuda_graphs and not self.hparams.get("use_sde", False):
+        matrices are redrawn from Python; with torch envs, each whole vector step is (the collector's)."""
+        self.rollouts.cuda_graphs = self.cuda_graphs  # torch envs: the collector graphs whole vector steps
+        if self.cuda_graphs and not self.hparams.get("use_sde", False) and self.env_config.backend != "torch":
             act = self._graphed.get("act") or self._graphed.setdefault("act", GraphedUpdate(policy.act, "act"))
             policy = GraphedPolicy(act, policy.value)
         return self._collect(self.rollouts, policy)

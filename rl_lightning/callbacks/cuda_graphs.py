@@ -4,7 +4,9 @@ Switched on with ``cuda_graphs: true`` on the command line or in a config
 (``configs/trainer/cudagraphs.yaml``, composed with ``configs/trainer/gpu.yaml``), or in Python with
 ``Trainer(callbacks=[CUDAGraphs()])``. Each algorithm's update (PPO's and A2C's minibatch or rollout
 update, DQN's minibatch, SAC's whole update, TD3's critic and delayed actor updates: forward, loss,
-backward, gradient clipping, optimizer step, target networks) is then recorded once and replayed.
+backward, gradient clipping, optimizer step, target networks) is then recorded once and replayed,
+and so is on-policy collection: the policy's acting forward, or with ``env.backend: torch`` each
+whole vector step (policy, env, rollout storage).
 
 Without a CUDA device the updates run eagerly through the same code, after a one-line message.
 Refused, with the reason: DDP (its gradient all-reduce runs from Python hooks a replay would skip)

@@ -8,6 +8,8 @@ the final observation.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 import gymnasium as gym
@@ -15,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rl_lightning.cuda_graphs import GraphedUpdate
 from rl_lightning.envs.make import EpisodeLog, episode_stats
 from rl_lightning.envs.normalize import RunningMeanStd
 from rl_lightning.envs.spaces import action_dtype, action_shape, to_env_actions
@@ -181,8 +184,11 @@ class RolloutCollector:
         obs_rms: RunningMeanStd | None = None,
         return_rms: RunningMeanStd | None = None,
         gamma: float = 0.99,
+        graphs: bool = False,
     ) -> None:
         self.envs = envs
+        self.graphs = graphs  # torch envs: each vector step as a CUDA graph (on a CUDA device)
+        self._graphed_step: tuple[Policy, GraphedUpdate] | None = None
         self.num_steps = num_steps
         self.device = device
         self.obs_rms, self.return_rms, self.gamma = obs_rms, return_rms, gamma
@@ -226,7 +232,8 @@ class RolloutCollector:
             self.discounted_returns = np.zeros((num_steps, n), dtype=np.float32)
         self.episodes = EpisodeLog()
         obs, _ = envs.reset(seed=seed)
-        self.next_obs = self._obs_to_tensor(obs)
+        self.next_obs = self._obs_to_tensor(obs).clone()  # its own storage, updated in place on a device
+        self._rows = torch.arange(num_steps, device=device)
 
     def _obs_to_tensor(self, obs: np.ndarray) -> Tensor:
         return torch.as_tensor(obs, device=self.device, dtype=self.obs.dtype)
@@ -238,7 +245,11 @@ class RolloutCollector:
     def rollout(self, policy: Policy) -> Rollout:
         """Run ``num_steps`` vector steps with ``policy`` and return what was collected."""
         self.final_values.zero_()
-        for t in range(self.num_steps):
+        if self.on_device:
+            step = self._device_step_for(policy)
+            for t in range(self.num_steps):
+                step(self._rows[t : t + 1])
+        for t in range(0 if self.on_device else self.num_steps):
             obs = self.next_obs  # raw; stored raw, normalized for the policy
             actions, logprobs, values = policy.act(self._policy_obs(obs))
             self.obs[t] = obs
@@ -254,11 +265,6 @@ class RolloutCollector:
                 self.running_return = self.running_return * self.gamma + rewards
                 self.discounted_returns[t] = self.running_return
                 self.running_return[terminated | truncated] = 0.0
-            if self.on_device:
-                # Torch envs return these on every step; masked out (and bootstrapped) after the loop.
-                self.final_obs[t] = infos["final_obs"]
-                self.ended[t], self.ended_returns[t], self.ended_lengths[t] = episode_stats(infos)
-                continue
             if truncated.any():
                 # Bootstrap a time-limit cut from V(final observation): the episode did not end.
                 idx = np.flatnonzero(truncated)
@@ -287,6 +293,47 @@ class RolloutCollector:
             truncated=truncated_t,
             next_values=torch.where(truncated_t, self.final_values, next_values),
         )
+
+    def _device_step_for(self, policy: Policy) -> Callable[[Tensor], Tensor]:
+        """``_device_step`` for ``policy``: as it is, or with ``graphs`` a ``GraphedUpdate`` (one CUDA
+        graph for the whole vector step, replayed for every row; built once per policy)."""
+        if not self.graphs:
+            return functools.partial(self._device_step, policy)
+        if self._graphed_step is None or self._graphed_step[0] is not policy:
+            step = GraphedUpdate(functools.partial(self._device_step, policy), "collect_step")
+            step.generators = [self.envs.generator]  # the env's own random stream, captured with the step
+            self._graphed_step = (policy, step)
+        return self._graphed_step[1]
+
+    def _device_step(self, policy: Policy, row: Tensor) -> Tensor:
+        """One vector step of a torch env, written in place at ``row`` (a one-element index tensor) of
+        the storage: no host sync and no new storage, so that it can run as one CUDA graph. Torch envs
+        return the final observations and episode statistics on every step; they are masked out (and
+        bootstrapped) after the rollout."""
+        obs = self.next_obs  # raw; stored raw, normalized for the policy
+        actions, logprobs, values = policy.act(self._policy_obs(obs))
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
+        ended, ended_returns, ended_lengths = episode_stats(infos)
+        for storage, x in (
+            (self.obs, obs),
+            (self.actions, actions),
+            (self.logprobs, logprobs),
+            (self.values, values),
+            (self.rewards, rewards),
+            (self.terminated, terminated),
+            (self.truncated, truncated),
+            (self.final_obs, infos["final_obs"]),
+            (self.ended, ended),
+            (self.ended_returns, ended_returns),
+            (self.ended_lengths, ended_lengths),
+        ):
+            storage.index_copy_(0, row, x.unsqueeze(0).to(storage.dtype))
+        self.next_obs.copy_(next_obs)
+        if self.return_rms is not None:
+            self.running_return.mul_(self.gamma).add_(rewards)
+            self.discounted_returns.index_copy_(0, row, self.running_return.unsqueeze(0))
+            self.running_return.masked_fill_(terminated | truncated, 0.0)
+        return row
 
     def _finish_on_device(self, policy: Policy) -> None:
         """Once per rollout: V(final observation) of the truncated steps, and the ended episodes'
@@ -319,13 +366,16 @@ class Rollouts:
         self.num_steps, self.gamma = num_steps, gamma
         self.obs_rms, self.return_rms = obs_rms, return_rms
         self.collector: RolloutCollector | None = None
+        self.cuda_graphs = False  # set by the module: torch envs' vector steps as CUDA graphs
 
     @property
     def started(self) -> bool:
         return self.collector is not None
 
     def start(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int) -> None:
-        self.collector = RolloutCollector(envs, self.num_steps, device, seed, self.obs_rms, self.return_rms, self.gamma)
+        self.collector = RolloutCollector(
+            envs, self.num_steps, device, seed, self.obs_rms, self.return_rms, self.gamma, self.cuda_graphs
+        )
 
     def stop(self) -> None:
         self.collector = None

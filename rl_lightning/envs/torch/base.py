@@ -114,9 +114,10 @@ class TorchVectorEnv(gym.vector.VectorEnv):
                 raise TypeError(f"{type(self).__name__}.reset takes one int seed for the batch, got {seed!r}.")
             self.generator.manual_seed(int(seed))
             super().reset(seed=int(seed))  # also seeds self.np_random, as gymnasium's envs do
-        self.state = self.initial_state()
-        self.episode_steps = torch.zeros_like(self.episode_steps)
-        self.episode_returns = torch.zeros_like(self.episode_returns)
+        # In place: a CUDA graph that captured step() keeps reading these very tensors.
+        self.state.copy_(self.initial_state())
+        self.episode_steps.zero_()
+        self.episode_returns.zero_()
         self._needs_reset = False
         return self.observe(self.state).float().clone(), {}  # a copy: never the env's own state
 
@@ -129,10 +130,11 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         truncated = steps >= self.max_episode_steps  # TimeLimit: whether or not it also terminated
         done = terminated | truncated
         final_obs = self.observe(next_state).float()
-        # SAME_STEP autoreset: ended sub-envs start their next episode in this very step.
-        self.state = torch.where(done.unsqueeze(-1), self.initial_state(), next_state)
-        self.episode_steps = torch.where(done, 0, steps)
-        self.episode_returns = torch.where(done, 0.0, returns)
+        # SAME_STEP autoreset: ended sub-envs start their next episode in this very step. In place,
+        # so that a CUDA graph of the step replays on the env's own state.
+        self.state.copy_(torch.where(done.unsqueeze(-1), self.initial_state(), next_state))
+        self.episode_steps.copy_(torch.where(done, 0, steps))
+        self.episode_returns.copy_(torch.where(done, 0.0, returns))
         obs = torch.where(done.unsqueeze(-1), self.observe(self.state).float(), final_obs)
         infos = {
             "final_obs": final_obs,
