@@ -8,34 +8,35 @@ Sections, run in this order (the most wanted first); each appends its markdown t
 raw numbers to ``DIR/gpu.json`` as soon as it ends, so a run cut short keeps what it finished, and a
 section that would not fit in the time left is skipped with a note:
 
-1. ``transfers``: host<->device copies in one PPO rollout on the GPU (torch.profiler): expected one
-   host-to-device copy per vector step (the observations), two more per step with a truncation, three
-   per rollout, and one device-to-host copy per vector step (the actions).
-2. ``update``: gradient steps/s of the Atari networks alone (no envs, no Lightning): PPO's minibatch
+1. ``update``: gradient steps/s of the Atari networks alone (no envs, no Lightning): PPO's minibatch
    update (Nature-CNN actor-critic, loss, backward, clipping, Adam) at the minibatch of
    configs/ppo/atari.yaml (256) and at 2048; DQN's (Nature-CNN Q-network, target forward, Huber loss,
    backward, clipping, Adam) at the batch of configs/dqn/atari.yaml (32) and at 512; each in float32,
    bfloat16 autocast (what ``precision: bf16-mixed`` does), ``torch.compile`` (what ``compile: true``
    does), ``torch.compile(mode="reduce-overhead")`` (CUDA graphs of the loss) and ``cuda-graph``:
    the whole update as one CUDA graph, as ``cuda_graphs: true`` runs it in fits.
-3. ``atari``: PPO-Atari (Breakout, configs/ppo/atari.yaml) and DQN-Atari (Pong, configs/dqn/atari.yaml
+2. ``graphs``: fits with and without CUDA graphs (``cuda_graphs: true``: each update captured once
+   and replayed) for PPO and DQN on Pong (envpool), A2C on CartPole, SAC and TD3 on HalfCheetah:
+   env-steps/s, gradient steps/s, and per update function the graphs captured, the calls replayed,
+   the calls run eagerly (warm-up) and whether capture failed (then the run fell back to eager).
+3. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
+   torch-native env on the GPU, and PPO on 1024 torch CartPoles on the GPU to its config's budget,
+   without and with CUDA graphs (each vector step and each update one graph).
+4. ``transfers``: host<->device copies in one PPO rollout on the GPU (torch.profiler): expected one
+   host-to-device copy per vector step (the observations), two more per step with a truncation, three
+   per rollout, and one device-to-host copy per vector step (the actions).
+5. ``atari``: PPO-Atari (Breakout, configs/ppo/atari.yaml) and DQN-Atari (Pong, configs/dqn/atari.yaml
    with ``learning_starts`` cut to reach training quickly) fits through the Lightning Trainer, each a
    fresh process: steady-state env-steps/s and gradient steps/s (after the first 48 optimizer steps,
    evaluation off), float32 vs bf16-mixed vs compile; PPO's 8 emulators stepped in the training
    process (``sync``) or in 8 worker processes (``async``).
-4. ``graphs``: fits with and without CUDA graphs (``cuda_graphs: true``: each update captured once
-   and replayed) for PPO and DQN on Pong (envpool), A2C on CartPole, SAC and TD3 on HalfCheetah:
-   env-steps/s, gradient steps/s, and per update function the graphs captured, the calls replayed,
-   the calls run eagerly (warm-up) and whether capture failed (then the run fell back to eager).
-5. ``pong``: PPO on Pong (configs/ppo/atari_envpool.yaml: envpool, 8 envs) with CUDA graphs, for the
+6. ``cartpole``: PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs): CPU vs GPU, float32 vs
+   bf16-mixed vs compile, 8 vs 64 envs.
+7. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
+   expected (it solves in float32).
+8. ``pong``: PPO on Pong (configs/ppo/atari_envpool.yaml: envpool, 8 envs) with CUDA graphs, for the
    time left of the budget (up to its 10M frames): the training return along the env steps, and
    the wall time.
-6. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
-   torch-native env on the GPU, and PPO on 1024 torch CartPoles on the GPU to its config's budget.
-7. ``cartpole``: PPO CartPole-v1 env-steps/s (benchmarks/scaling.py's runs): CPU vs GPU, float32 vs
-   bf16-mixed vs compile, 8 vs 64 envs.
-8. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
-   expected (it solves in float32).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import scaling  # benchmarks/ is on sys.path: the script's own directory
 import torch
 from common import ROOT, WINDOW_FROM_GRAD_STEP, fit_worker, load_config, make_model, quiet_trainer, run_fit  # noqa: F401 (fit_worker: tests)
 
-SECTIONS = ["transfers", "update", "atari", "graphs", "pong", "torch_envs", "cartpole", "learn_bf16"]
+SECTIONS = ["update", "graphs", "torch_envs", "transfers", "atari", "cartpole", "learn_bf16", "pong"]
 # Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
 SECTION_S = {
     "transfers": 15,
