@@ -190,6 +190,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--sampler_seed", type=int, help="seed of the TPE sampler")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one of --jobs: no report
     p.add_argument("--worker_trials", type=int, help=argparse.SUPPRESS)  # --seeds: queued trials it runs
+    p.add_argument("--worker_index", type=int, default=0, help=argparse.SUPPRESS)  # of --jobs: its sampler seed
     known, fit_args = p.parse_known_args(argv)
     check(known.n_trials >= 1, f"--n_trials must be >= 1, got {known.n_trials}.")
     check(known.heartbeat >= 1, f"--heartbeat must be >= 1, got {known.heartbeat}.")
@@ -266,7 +267,9 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
     if args.seeds:
         sampler, pruner = optuna.samplers.RandomSampler(), optuna.pruners.NopPruner()  # every trial is queued
     else:
-        sampler = optuna.samplers.TPESampler(seed=args.sampler_seed)
+        # Each --jobs worker its own seed: with one seed they would all suggest the same trials.
+        seed = None if args.sampler_seed is None else args.sampler_seed + args.worker_index
+        sampler = optuna.samplers.TPESampler(seed=seed)
     if pruner is None:
         pruner = {
             "median": optuna.pruners.MedianPruner(n_startup_trials=3),
@@ -354,8 +357,10 @@ def run_workers(argv: list[str], jobs: int, trials: list[int] | None = None) -> 
     command = [sys.executable, "-m", "rl_lightning.cli", "tune", *[a for a in one_job if not a.startswith("--jobs=")]]
     counts = trials or [None] * jobs
     workers = [
-        subprocess.Popen([*command, "--worker", *(["--worker_trials", str(n)] if n is not None else [])])
-        for n in counts
+        subprocess.Popen(
+            [*command, "--worker", "--worker_index", str(i), *(["--worker_trials", str(n)] if n is not None else [])]
+        )
+        for i, n in enumerate(counts)
         if n != 0
     ]
     codes = [w.wait() for w in workers]

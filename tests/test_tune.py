@@ -72,6 +72,18 @@ def test_the_cli_reports_a_bad_search_space_in_one_line(tmp_path):
     assert out.stderr.strip() == expected
 
 
+def test_jobs_workers_with_a_sampler_seed_suggest_different_trials(tmp_path):
+    # One sampler seed for all --jobs workers made them suggest the same parameters, trial for trial.
+    args = ["tune", "--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "4"]
+    out = cli(
+        *args, "--jobs", "2", "--sampler_seed", "0", "--study_name", "jobs", "--pruner", "none", *TINY, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    trials = load(f"sqlite:///{tmp_path / 'runs/tune/jobs/study.db'}", "jobs").trials
+    params = [tuple(sorted(t.params.items())) for t in trials]
+    assert len(params) >= 4 and len(set(params)) == len(params)
+
+
 def test_six_trials_in_two_processes_share_one_sqlite_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     args = ["tune", "--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "6"]
