@@ -128,15 +128,9 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     window_from = spec.get("window_from_grad_step", WINDOW_FROM_GRAD_STEP)
     first = next((i for i, m in enumerate(marks) if m[3] >= window_from), len(marks) - 2)
     (t0, c0, e0, g0), (t1, c1, e1, g1) = marks[min(first, len(marks) - 2)], marks[-1]
-    cpu_s = [c1 - c0]
-    if devices > 1:
-        import torch.distributed as dist
-
-        cpu_s = [None] * devices
-        dist.all_gather_object(cpu_s, c1 - c0)
-        dist.destroy_process_group()
-        if trainer.global_rank != 0:
-            return None
+    cpu_s = cpu_seconds_of_all_ranks(c1 - c0, devices)
+    if trainer.global_rank != 0:
+        return None
     last_return = trainer.callback_metrics.get("rollout/episode_return")  # the last training episodes logged
     return {
         "env_steps_per_s": (e1 - e0) / (t1 - t0),  # the global counter: all ranks' env steps
@@ -151,6 +145,19 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
         # CUDA graphs: per update function, graphs captured, calls replayed, calls run eagerly, failed
         "graphs": {k: [g.captures, g.replays, g.eager_calls, g.failed] for k, g in model._graphed.items()},
     }
+
+
+def cpu_seconds_of_all_ranks(cpu_s: float, devices: int) -> list[float]:
+    """This rank's CPU seconds, gathered from every rank under DDP (then the process group ends: a
+    worker calls it once, after its fit)."""
+    if devices == 1:
+        return [cpu_s]
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * devices
+    dist.all_gather_object(gathered, cpu_s)
+    dist.destroy_process_group()
+    return gathered
 
 
 def run_fit(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:

@@ -37,6 +37,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from common import cpu_seconds_of_all_ranks, run_fit  # benchmarks/ is on sys.path: the script's own directory
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS = ["devices=1", "devices=2"]
 MORE_RUNS = ["devices=1,compile=1", "devices=1,precision=bf16-mixed"]
@@ -120,13 +122,7 @@ def worker(spec: str, env_steps: int, json_path: Path) -> None:
     trainer.fit(model)
     fit_s = time.perf_counter() - start
     (t0, c0, s0), (t1, c1, s1) = clock.marks[WARMUP_STEPS - 1], clock.marks[-1]
-    cpu_s = [c1 - c0]
-    if devices > 1:
-        import torch.distributed as dist
-
-        cpu_s = [None] * devices
-        dist.all_gather_object(cpu_s, c1 - c0)
-        dist.destroy_process_group()
+    cpu_s = cpu_seconds_of_all_ranks(c1 - c0, devices)
     if trainer.global_rank != 0:
         return
     result = {
@@ -198,9 +194,6 @@ def work_runs() -> list[tuple[str, dict, dict]]:
 
 
 def work_table() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from common import run_fit
-
     print("| workload | 1 rank env steps/s | 2 ranks env steps/s | speed-up | CPU s/s (1 / 2) | train return (1 / 2) |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, one, two in work_runs():

@@ -249,31 +249,31 @@ class RolloutCollector:
             step = self._device_step_for(policy)
             for t in range(self.num_steps):
                 step(self._rows[t : t + 1])
-        for t in range(0 if self.on_device else self.num_steps):
-            obs = self.next_obs  # raw; stored raw, normalized for the policy
-            actions, logprobs, values = policy.act(self._policy_obs(obs))
-            self.obs[t] = obs
-            self.actions[t] = actions
-            self.logprobs[t] = logprobs
-            self.values[t] = values
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
-            self.next_obs = self._obs_to_tensor(next_obs)
-            self.rewards[t] = rewards
-            self.terminated[t] = terminated
-            self.truncated[t] = truncated
-            if self.return_rms is not None:
-                self.running_return = self.running_return * self.gamma + rewards
-                self.discounted_returns[t] = self.running_return
-                self.running_return[terminated | truncated] = 0.0
-            if truncated.any():
-                # Bootstrap a time-limit cut from V(final observation): the episode did not end.
-                idx = np.flatnonzero(truncated)
-                final_obs = self._obs_to_tensor(np.stack(infos["final_obs"][idx]))
-                self.final_values[t, idx] = policy.value(self._policy_obs(final_obs))
-            self.episodes.record(infos)
-
-        if self.on_device:
             self._finish_on_device(policy)
+        else:
+            for t in range(self.num_steps):
+                obs = self.next_obs  # raw; stored raw, normalized for the policy
+                actions, logprobs, values = policy.act(self._policy_obs(obs))
+                self.obs[t] = obs
+                self.actions[t] = actions
+                self.logprobs[t] = logprobs
+                self.values[t] = values
+                next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
+                self.next_obs = self._obs_to_tensor(next_obs)
+                self.rewards[t] = rewards
+                self.terminated[t] = terminated
+                self.truncated[t] = truncated
+                if self.return_rms is not None:
+                    self.running_return = self.running_return * self.gamma + rewards
+                    self.discounted_returns[t] = self.running_return
+                    self.running_return[terminated | truncated] = 0.0
+                if truncated.any():
+                    # Bootstrap a time-limit cut from V(final observation): the episode did not end.
+                    idx = np.flatnonzero(truncated)
+                    final_obs = self._obs_to_tensor(np.stack(infos["final_obs"][idx]))
+                    self.final_values[t, idx] = policy.value(self._policy_obs(final_obs))
+                self.episodes.record(infos)
+
         truncated_t = torch.as_tensor(self.truncated, device=self.device)
         next_values = torch.cat([self.values[1:], policy.value(self._policy_obs(self.next_obs)).unsqueeze(0)])
         obs = self._policy_obs(self.obs)
