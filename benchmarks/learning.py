@@ -77,6 +77,24 @@ EXPLORATION: dict[str, float] = {
 }
 THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION}
 GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION}
+# Published learning curves (returns along the way, not only at 1M) for the MuJoCo configs: the zoo's own
+# evaluation logs and the TD3 paper's 10 seeds; where each comes from is in the file's "sources".
+REFERENCE_CURVES: dict[str, list[dict[str, Any]]] = json.loads(
+    (ROOT / "benchmarks" / "reference_curves.json").read_text()
+)["curves"]
+
+
+def published_at(config: str, env_steps: float) -> str:
+    """What the published curves of ``config`` show at ``env_steps`` (interpolated between their
+    evaluations): the run's value, or the mean [min, max] over several seeds; "-" when there are none."""
+    import numpy as np
+
+    parts = []
+    for ref in REFERENCE_CURVES.get(config, []):
+        at = [float(np.interp(env_steps, ref["steps"], run)) for run in ref["runs"]]
+        spread = f" [{min(at):,.0f}, {max(at):,.0f}]" if len(at) > 1 else ""
+        parts.append(f"{ref['label']}: {sum(at) / len(at):,.0f}{spread}")
+    return "; ".join(parts) or "-"
 
 
 def _round(value: float) -> float:
@@ -212,8 +230,9 @@ def summary_table(results: list[dict[str, Any]]) -> str:
     from rl_lightning.plotting import score_summary
 
     lines = [
-        "| config | seeds | final: mean [95 % CI] | final: IQM [95 % CI] | best: mean | reference |",
-        "|---|---:|---|---|---:|---:|",
+        "| config | seeds | final: mean [95 % CI] | final: IQM [95 % CI] | best: mean | reference "
+        "| published curves at these env steps |",
+        "|---|---:|---|---|---:|---:|---|",
     ]
     for name in dict.fromkeys(label(r) for r in results):
         runs = [r for r in results if label(r) == name]
@@ -223,21 +242,22 @@ def summary_table(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {name} | {len(runs)} | {final['mean']:.1f} [{final['mean_ci'][0]:.1f}, "
             f"{final['mean_ci'][1]:.1f}] | {final['iqm']:.1f} [{final['iqm_ci'][0]:.1f}, {final['iqm_ci'][1]:.1f}] | "
-            f"{best:.1f} | {THRESHOLDS[config]:g} |"
+            f"{best:.1f} | {THRESHOLDS[config]:g} | {published_at(config, runs[0]['env_steps'])} |"
         )
     return "\n".join(lines)
 
 
 def plot_curves(results: list[dict[str, Any]], out_png: Path) -> None:
     """One panel per config: the mean evaluation return over seeds against env steps, the min-max band,
-    and the reference (threshold) as a dashed line."""
+    the published curves over the same env steps (dotted, their min-max band when several seeds) and
+    the reference (threshold) as a dashed line."""
     import numpy as np
     from matplotlib.figure import Figure
 
     from rl_lightning.plotting import aggregate
 
     configs = list(dict.fromkeys(r["config"] for r in results if r.get("curve")))
-    fig = Figure(figsize=(4.2 * len(configs), 3.4))
+    fig = Figure(figsize=(4.4 * len(configs), 3.8))
     for ax, config in zip(np.atleast_1d(fig.subplots(1, len(configs))), configs, strict=True):
         runs = [r for r in results if r["config"] == config and r.get("curve")]
         for variant in dict.fromkeys(" ".join(r.get("set") or []) for r in runs):  # one line per --set
@@ -247,14 +267,23 @@ def plot_curves(results: list[dict[str, Any]], out_png: Path) -> None:
                 if " ".join(r.get("set") or []) == variant
             ]
             steps, mean, low, high = aggregate(curves, "minmax")
-            (line,) = ax.plot(steps, mean, label=f"rl_lightning {variant} ({len(curves)} seeds)".replace("  ", " "))
+            seeds = f"{len(curves)} seed" + ("s" if len(curves) > 1 else "")
+            (line,) = ax.plot(steps, mean, label=f"rl_lightning {variant} ({seeds})".replace("  ", " "))
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
+        last = max(r["env_steps"] for r in runs)
+        for ref in REFERENCE_CURVES.get(config, []):
+            steps = np.array(ref["steps"])
+            keep = steps <= last
+            runs_of = np.array(ref["runs"])[:, keep]
+            (line,) = ax.plot(steps[keep], runs_of.mean(0), linestyle=":", label=ref["label"])
+            if len(runs_of) > 1:
+                ax.fill_between(steps[keep], runs_of.min(0), runs_of.max(0), color=line.get_color(), alpha=0.12)
         ax.axhline(THRESHOLDS[config], color="gray", linestyle="--", label=f"reference {THRESHOLDS[config]:g}")
         ax.set_title(config)
         ax.set_xlabel("env steps")
         ax.set_ylabel("eval return")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_png, dpi=120)
     print(out_png)

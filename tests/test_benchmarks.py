@@ -113,6 +113,7 @@ def test_learning_report_gives_mean_and_iqm_with_intervals_and_plots_the_curves(
     ]
     table = learning.summary_table(results)
     assert "| `configs/ppo/hopper.yaml` | 4 | 2675.0 [" in table and "| 2410 |" in table  # the zoo's reference
+    assert "| SB3 zoo, its eval log (v3, 1 run): " in table  # the published curve at the runs' 1000 env steps
     learning.plot_curves(results, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -160,3 +161,24 @@ def test_gpu_script_graph_runs_report_their_update_graphs() -> None:
         torch.set_num_threads(threads)
     captured, replayed, eager, failed = r["graphs"]["rollout_update"]
     assert (captured, replayed, failed) == (0, 0, False) and eager == r["grad_steps"] > 0  # CPU: eager updates
+
+
+def test_published_curves_are_read_at_the_runs_env_steps() -> None:
+    """The shipped reference curves: the TD3 paper's 10 seeds on Hopper at 300k env steps (their 61st
+    evaluation), interpolated between evaluations, and nothing for a config without published curves."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        learning = importlib.import_module("learning")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    paper = next(r for r in learning.REFERENCE_CURVES["td3/hopper"] if r["source"] == "td3_paper")
+    assert len(paper["runs"]) == 10 and paper["steps"][60] == 300_000
+    at_300k = [run[60] for run in paper["runs"]]
+    text = learning.published_at("td3/hopper", 300_000)
+    mean = sum(at_300k) / 10
+    assert f"TD3 paper (v1, 10 seeds): {mean:,.0f} [{min(at_300k):,.0f}, {max(at_300k):,.0f}]" in text
+    assert "SB3 zoo, its eval log (v3, 1 run): " in text
+    halfway = learning.published_at("td3/hopper", 302_500)
+    expected = sum((run[60] + run[61]) / 2 for run in paper["runs"]) / 10
+    assert f"TD3 paper (v1, 10 seeds): {expected:,.0f} [" in halfway
+    assert learning.published_at("ppo/cartpole", 50_000) == "-"

@@ -100,7 +100,8 @@ class PPO(RLModule):
             Andrychowicz et al. 2021 found it does not help).
         norm_adv: Normalize advantages per minibatch.
         ent_coef: Entropy bonus coefficient.
-        vf_coef: Value loss coefficient.
+        vf_coef: Value loss coefficient, on half the squared error (CleanRL's convention).
+            Stable-Baselines3 and its zoo weight the whole squared error: their ``vf_coef`` c is 2c here.
         max_grad_norm: Global gradient-norm clipping threshold.
         target_kl: Stop the update epochs of a rollout early once the approximate KL exceeds this
             (checked after each epoch); ``None`` never stops.
