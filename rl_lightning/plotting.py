@@ -6,13 +6,16 @@
 A run is a directory holding TensorBoard event files (``runs/<name>/version_<n>``); a directory given
 is searched for runs below it. Only fits count: a directory that ``validate`` or ``test`` wrote, or a
 fit that stopped before it logged anything, is skipped and named on stderr. Runs are grouped into
-curves by what was trained: ``LABEL=DIR`` names a group; otherwise runs with the same algorithm, env
-and hyperparameters (seeds, budget and evaluation rhythm aside, read from the run's ``config.yaml``
-and ``hparams.yaml``) form one curve, labelled by the experiment name (``<name>`` above) and, where
-one experiment holds several configurations, by what differs between them. rl_lightning logs every
-scalar against env steps, so runs of different seeds share their x-axis; where their evaluation
-points differ, each run is interpolated linearly onto the union of points, within the range all
-runs cover.
+curves by what was trained: ``LABEL=DIR`` names a group, merged as given (a warning on stderr names
+what its runs differ in besides the seed); otherwise runs of one experiment (``<name>`` above) share a
+curve only where their full configuration is the same but for the seed (``run_config``: the algorithm,
+its hyperparameters, the budget and evaluation rhythm of ``run``, and the trainer settings, from the
+run's ``config.yaml`` and ``hparams.yaml``), so that no curve mixes budgets or precisions, nor is cut to
+its shortest run. A curve is labelled by the experiment name and, where one experiment holds several
+configurations, by what differs between them; each curve's label, runs and seeds are listed on stderr.
+rl_lightning logs every scalar against env steps, so runs of different seeds share their x-axis; where
+their evaluation points differ, each run is interpolated linearly onto the union of points, within the
+range all runs cover.
 
 Needs matplotlib (the ``plot`` extra: ``pip install 'rl-lightning[plot]'``).
 """
@@ -52,23 +55,78 @@ def is_fit(run_dir: PathLike) -> bool:
     return "time/env_steps" in scalar_tags(run_dir)
 
 
+# What only records, shows or resumes a run, or seeds it: left out of ``run_config``, so runs that
+# differ only in these share a curve. Top-level keys of the CLI's config.yaml (``model`` is read apart):
+_NOT_TRAINING = frozenset({"model", "seed_everything", "ckpt_path", "weights_only", "checkpoint", "last_checkpoint"})
+# ... keys of its ``trainer`` section, and the endings of callback class names (RLProgressBar,
+# ModelCheckpoint, LastCheckpoint, RichModelSummary):
+_TRAINER_NOT_TRAINING = frozenset(
+    {"logger", "enable_progress_bar", "enable_model_summary", "enable_checkpointing", "default_root_dir"}
+)
+_CALLBACKS_NOT_TRAINING = ("ProgressBar", "Checkpoint", "ModelSummary")
+
+
 def run_config(run_dir: PathLike) -> dict[str, Any]:
-    """What a run trained, as far as its files say: ``algorithm`` (from the CLI's ``config.yaml``) and
-    its hyperparameters (``hparams.yaml``) without the seed, the budget and the evaluation rhythm, which
-    seeds of one experiment may vary."""
+    """What a run trained, as far as its files say; runs of one experiment with equal configs share a curve.
+
+    From the CLI's ``config.yaml``: ``algorithm`` (the model's class), the ``trainer`` section (precision,
+    devices, strategy, callbacks ...) and the other top-level settings (``compile``, ``cuda_graphs``); from
+    ``hparams.yaml`` (a run started from Python has only this one; else the model's ``init_args``): the
+    hyperparameters, with the budget and evaluation rhythm (``run``). Left out, as what seeds of one
+    experiment vary or what does not change training: the seeds (``seed_everything``, ``env.seed``), the
+    logger, checkpointing (``checkpoint``, ``last_checkpoint``, checkpoint callbacks), the progress bar and
+    model summary, ``default_root_dir``, ``ckpt_path`` and ``weights_only``."""
     run_dir = Path(run_dir)
+    cli = _load_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
+    cli = cli if isinstance(cli, dict) else {}
+    model = cli.get("model") if isinstance(cli.get("model"), dict) else {}
     config: dict[str, Any] = {}
-    if (run_dir / "config.yaml").is_file():
-        model = (_load_yaml(run_dir / "config.yaml") or {}).get("model") or {}
+    if cli:
         config["algorithm"] = str(model.get("class_path", "?")).rsplit(".", 1)[-1]
-    if (run_dir / "hparams.yaml").is_file():
-        hparams = _load_yaml(run_dir / "hparams.yaml") or {}
-        hparams.pop("_instantiator", None)
-        hparams.pop("run", None)
-        if isinstance(hparams.get("env"), dict):
-            hparams["env"] = {k: v for k, v in hparams["env"].items() if k != "seed"}
-        config.update(hparams)
+    hparams = _load_yaml(run_dir / "hparams.yaml") if (run_dir / "hparams.yaml").is_file() else model.get("init_args")
+    hparams = dict(hparams) if isinstance(hparams, dict) else {}
+    hparams.pop("_instantiator", None)
+    if isinstance(hparams.get("env"), dict):
+        hparams["env"] = {k: v for k, v in hparams["env"].items() if k != "seed"}
+    config.update(hparams)
+    for key, value in cli.items():
+        if key == "trainer" and isinstance(value, dict):
+            trainer = {k: v for k, v in value.items() if k not in _TRAINER_NOT_TRAINING and k != "callbacks"}
+            if callbacks := _training_callbacks(value.get("callbacks")):
+                trainer["callbacks"] = callbacks
+            config["trainer"] = trainer
+        elif key not in _NOT_TRAINING:
+            config[key] = value
     return config
+
+
+def _training_callbacks(callbacks: Any) -> dict[str, Any]:
+    """``{class name: init_args}`` of a config's callbacks, without those that only save or show the run:
+    adding a progress bar or a checkpoint to one seed does not make it another experiment."""
+    out: dict[str, Any] = {}
+    for callback in [callbacks] if isinstance(callbacks, (dict, str)) else callbacks or []:
+        spec = callback if isinstance(callback, dict) else {"class_path": callback}
+        name = str(spec.get("class_path", "?")).rsplit(".", 1)[-1]
+        if name.endswith(_CALLBACKS_NOT_TRAINING):
+            continue
+        key, n = name, 2
+        while key in out:  # two callbacks of one class
+            key, n = f"{name}#{n}", n + 1
+        out[key] = spec.get("init_args") or {}
+    return out
+
+
+def run_seed(run_dir: PathLike) -> int | None:
+    """The run's seed: ``seed_everything`` of its ``config.yaml``, else ``env.seed`` of its ``hparams.yaml``."""
+    run_dir = Path(run_dir)
+    for name, keys in (("config.yaml", ("seed_everything",)), ("hparams.yaml", ("env", "seed"))):
+        if (run_dir / name).is_file():
+            value: Any = _load_yaml(run_dir / name)
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
 
 
 def _load_yaml(path: Path) -> Any:
@@ -195,6 +253,9 @@ def plot_learning_curves(
 
 
 def _group(run_dirs: Sequence[PathLike] | Mapping[str, Sequence[PathLike]]) -> dict[str, list[Path]]:
+    """Runs by curve label. Each curve is reported on stderr (its label, how many runs it merges, their
+    seeds and directories) so that the user sees what was averaged; an explicit group whose runs differ
+    in more than the seed is merged as asked, with a warning naming the differences."""
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
     labelled = isinstance(run_dirs, Mapping)
@@ -220,7 +281,35 @@ def _group(run_dirs: Sequence[PathLike] | Mapping[str, Sequence[PathLike]]) -> d
     for label, runs in groups.items():
         if not runs:
             raise FileNotFoundError(f"No fits with TensorBoard event files for {label!r}.")
+    for label, runs in groups.items():
+        print(f"curve {label!r}: {_merged(runs)}", file=sys.stderr)
+        if labelled and (differences := _differences([_flat(run_config(run)) for run in runs])):
+            print(f"warning: curve {label!r} merges runs that differ in {differences}", file=sys.stderr)
     return groups
+
+
+def _merged(runs: Sequence[Path]) -> str:
+    """``2 runs, seeds 0, 1: runs/a/version_0, runs/a/version_1`` (``?`` for a seed no file records)."""
+    plural = "s" if len(runs) > 1 else ""
+    seeds = [run_seed(run) for run in runs]
+    listed = ", ".join("?" if seed is None else str(seed) for seed in seeds)
+    seeds_text = f", seed{plural} {listed}" if any(seed is not None for seed in seeds) else ""
+    return f"{len(runs)} run{plural}{seeds_text}: {', '.join(map(str, runs))}"
+
+
+def _differences(configs: Sequence[dict[str, Any]], shown: int = 6) -> str:
+    """``run.total_env_steps (512, 1024), trainer.precision (None, bf16-mixed)``: the keys whose values
+    differ between flat configs, each with its distinct values as the runs come (``unset``: a run lacks the key)."""
+    missing = object()
+    keys = sorted({k for config in configs for k in config})
+    parts = []
+    for k in keys:
+        values = [config.get(k, missing) for config in configs]
+        if any(v != values[0] for v in values[1:]):
+            distinct = list(dict.fromkeys("unset" if v is missing else str(v) for v in values))
+            parts.append(f"{k} ({', '.join(distinct)})")
+    more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
+    return ", ".join(parts[:shown]) + more
 
 
 def _labelled(by_config: dict[tuple[str, str], list[Path]]) -> dict[str, list[Path]]:
@@ -243,7 +332,7 @@ def _labelled(by_config: dict[tuple[str, str], list[Path]]) -> dict[str, list[Pa
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for k, v in config.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:  # an empty mapping stays a value: a callback without arguments
             flat.update(_flat(v, f"{prefix}{k}."))
         else:
             flat[f"{prefix}{k}"] = v

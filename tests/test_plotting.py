@@ -24,6 +24,40 @@ def write_hparams(run_dir, **hparams):
     (run_dir / "hparams.yaml").write_text(yaml.safe_dump(hparams))
 
 
+def write_cli_run(run_dir, points, seed=0, total_env_steps=3000, **trainer):
+    """A fit as ``rl-lightning fit`` leaves it (of its config.yaml, what matters here): besides the seed,
+    seeds differ in logger version, checkpoint path, progress bar and ``ckpt_path``, none a new config."""
+    import yaml
+
+    write_run(run_dir, points)
+    model = {
+        "env": {"env_id": "CartPole-v1", "seed": None},
+        "run": {"total_env_steps": total_env_steps, "env_steps_per_epoch": 1000},
+        "learning_rate": 0.001,
+    }
+    write_hparams(run_dir, _instantiator="lightning.pytorch.cli.instantiate_module", **model)
+    logger = {"save_dir": "runs", "name": "ppo_cartpole", "version": seed}
+    progress_bar = {"class_path": "rl_lightning.callbacks.RLProgressBar", "init_args": {"refresh_seconds": 30.0}}
+    config = {
+        "seed_everything": seed,
+        "trainer": {
+            "accelerator": "auto",
+            "strategy": "auto",
+            "devices": "auto",
+            "precision": None,
+            "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": logger},
+            "callbacks": [progress_bar] if seed else None,
+            "enable_progress_bar": bool(seed),
+            **trainer,
+        },
+        "model": {"class_path": "rl_lightning.PPO", "init_args": model},
+        "checkpoint": {"dirpath": f"checkpoints/seed{seed}", "filename": "best-epoch{epoch}"},
+        "compile": False,
+        "ckpt_path": "last" if seed else None,
+    }
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
 @pytest.fixture
 def two_seeds(tmp_path):
     write_run(tmp_path / "runs/ppo_cartpole/version_0", [(1000, 10.0), (2000, 30.0), (3000, 50.0)])
@@ -95,8 +129,67 @@ def test_runs_of_different_configurations_are_separate_curves(tmp_path):
     assert labels == ["ppo_cartpole [env.env_id=Acrobot-v1]", "ppo_cartpole [env.env_id=CartPole-v1] (2 runs)"]
 
 
+def test_runs_of_different_budgets_are_separate_curves_not_cut_to_the_shortest(tmp_path):
+    root = tmp_path / "runs/ppo_cartpole"
+    long = [(1000, 10.0), (2000, 20.0), (3000, 30.0)]
+    write_cli_run(root / "version_0", long, seed=0)
+    write_cli_run(root / "version_1", long, seed=1)
+    write_cli_run(root / "version_2", long[:2], seed=0, total_env_steps=2000)
+    lines = {line.get_label(): line for line in plot_learning_curves([root]).axes[0].get_lines()}
+    assert sorted(lines) == [
+        "ppo_cartpole [run.total_env_steps=2000]",
+        "ppo_cartpole [run.total_env_steps=3000] (2 runs)",
+    ]
+    assert lines["ppo_cartpole [run.total_env_steps=3000] (2 runs)"].get_xdata().tolist() == [1000, 2000, 3000]
+    assert lines["ppo_cartpole [run.total_env_steps=2000]"].get_xdata().tolist() == [1000, 2000]
+
+
+def test_runs_of_different_trainer_settings_are_separate_curves(tmp_path):
+    root = tmp_path / "runs/ppo_cartpole"
+    points = [(1000, 10.0), (2000, 20.0)]
+    write_cli_run(root / "version_0", points, seed=0)
+    write_cli_run(root / "version_1", points, seed=1)
+    write_cli_run(root / "version_2", points, seed=0, precision="bf16-mixed")
+    write_cli_run(root / "version_3", points, seed=0, devices=2, strategy="ddp")
+    labels = sorted(line.get_label() for line in plot_learning_curves([root]).axes[0].get_lines())
+    assert labels == [
+        "ppo_cartpole [trainer.devices=2, trainer.precision=None, trainer.strategy=ddp]",
+        "ppo_cartpole [trainer.devices=auto, trainer.precision=None, trainer.strategy=auto] (2 runs)",
+        "ppo_cartpole [trainer.devices=auto, trainer.precision=bf16-mixed, trainer.strategy=auto]",
+    ]
+
+
+def test_runs_differing_only_in_seed_share_a_curve_and_the_merge_is_reported(tmp_path, capsys):
+    root = tmp_path / "runs/ppo_cartpole"
+    runs = [root / f"version_{seed}" for seed in range(3)]
+    for seed, run in enumerate(runs):  # also differing in logger version, checkpoint path, progress bar, ckpt_path
+        write_cli_run(run, [(1000, 10.0 * seed), (2000, 20.0)], seed=seed)
+    (line,) = plot_learning_curves([root]).axes[0].get_lines()
+    assert line.get_label() == "ppo_cartpole (3 runs)"
+    err = capsys.readouterr().err
+    assert f"curve 'ppo_cartpole': 3 runs, seeds 0, 1, 2: {runs[0]}, {runs[1]}, {runs[2]}\n" in err
+    assert "warning" not in err
+
+
+def test_an_explicit_group_is_merged_as_given_with_a_warning_naming_the_differences(tmp_path, capsys):
+    root = tmp_path / "runs/ppo_cartpole"
+    write_cli_run(root / "version_0", [(1000, 10.0), (2000, 20.0), (3000, 30.0)], seed=0)
+    write_cli_run(root / "version_1", [(1000, 10.0), (2000, 20.0)], seed=1, total_env_steps=2000, precision="16-mixed")
+    write_cli_run(root / "version_2", [(1000, 10.0), (2000, 20.0), (3000, 30.0)], seed=2)
+    groups = {"mixed": [root / "version_0", root / "version_1"], "seeds": [root / "version_0", root / "version_2"]}
+    labels = sorted(line.get_label() for line in plot_learning_curves(groups).axes[0].get_lines())
+    assert labels == ["mixed (2 runs)", "seeds (2 runs)"]
+    err = capsys.readouterr().err.splitlines()
+    assert f"curve 'mixed': 2 runs, seeds 0, 1: {root / 'version_0'}, {root / 'version_1'}" in err
+    differences = "run.total_env_steps (3000, 2000), trainer.precision (None, 16-mixed)"
+    assert [line for line in err if line.startswith("warning")] == [
+        f"warning: curve 'mixed' merges runs that differ in {differences}"
+    ]
+
+
 def test_fit_then_validate_then_plot_counts_the_fit_only(tmp_path, monkeypatch, capsys):
-    """The README's sequence: `fit`, `validate --ckpt_path last`, then the plot: one run, not two."""
+    """The README's sequence: `fit`, `validate --ckpt_path last`, then the plot: one run (validate writes
+    no run directory)."""
     from pathlib import Path
 
     from rl_lightning.cli import main as cli
@@ -107,8 +200,10 @@ def test_fit_then_validate_then_plot_counts_the_fit_only(tmp_path, monkeypatch, 
     quiet = ["--model.run.eval_episodes", "1", "--trainer.enable_progress_bar", "false"]
     cli(["fit", "--config", config, *tiny, *quiet])
     cli(["validate", "--config", config, "--ckpt_path", "last", *quiet])
-    assert len(find_runs(tmp_path / "runs/ppo_cartpole")) == 2
+    runs = find_runs(tmp_path / "runs/ppo_cartpole")
+    assert [run.name for run in runs] == ["version_0"]
     fig = plot_learning_curves([tmp_path / "runs/ppo_cartpole"])
     (line,) = fig.axes[0].get_lines()
     assert line.get_label() == "ppo_cartpole" and line.get_xdata().tolist() == [256, 512]
-    assert "ppo_cartpole/version_1: not a fit" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"curve 'ppo_cartpole': 1 run, seed 0: {runs[0]}\n" in err
