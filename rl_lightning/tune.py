@@ -165,10 +165,72 @@ Fit = Callable[[list[str], Callback], Any]  # (fit arguments, callback) -> the f
 
 
 def redact(url: str) -> str:
-    """A storage URL as it may be printed: without its password."""
+    """A storage URL as it may be printed: without its password (all before the host, where the URL
+    does not parse)."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    return make_url(url).render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        scheme, sep, rest = url.rpartition("://") if "://" in url else ("", "", url)
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
+
+
+# The package to pip install for a DBAPI module SQLAlchemy's dialects import, where the names differ.
+DRIVER_PACKAGES = {
+    "psycopg": '"psycopg[binary]"',
+    "psycopg2": "psycopg2-binary",
+    "MySQLdb": "mysqlclient",
+    "mysql": "mysql-connector-python",
+}
+
+
+def check_storage(url: str) -> None:
+    """A ``ConfigError`` in one line, before any work and without connecting, where ``url`` is no
+    SQLAlchemy URL, names no dialect it has, or its driver (the DBAPI module) does not import; the
+    password is never in it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    where = f"--storage {redact(url)}"
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(
+            f"{where}: not a database URL; expected dialect[+driver]://user:password@host[:port]/database "
+            "or sqlite:///path/to/study.db."
+        ) from None
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise ConfigError(
+            f"{where}: SQLAlchemy has no dialect {parsed.drivername!r}; use e.g. sqlite:///study.db, "
+            "postgresql://user:password@host/db or mysql+pymysql://user:password@host/db."
+        ) from None
+    try:
+        import_dbapi = getattr(dialect, "import_dbapi", None) or dialect.dbapi  # SQLAlchemy 2 or 1.4
+        import_dbapi()
+    except ModuleNotFoundError as e:
+        module = e.name or "its driver"
+        package = DRIVER_PACKAGES.get(module.split(".")[0], module.split(".")[0])
+        raise ConfigError(
+            f"{where}: the Python module {module}, SQLAlchemy's driver for {parsed.drivername}, is not installed "
+            f"(pip install {package})."
+        ) from None
+    except ImportError as e:
+        raise ConfigError(
+            f"{where}: SQLAlchemy's driver for {parsed.drivername} does not import: {_one_line(e, parsed.password)}"
+        ) from None
+
+
+def _one_line(error: BaseException, password: Any = None) -> str:
+    """``error``'s message on one line, without SQLAlchemy's SQL and link, and without ``password``."""
+    error = getattr(error, "orig", None) or error  # the DBAPI's own error, under SQLAlchemy's wrapper
+    text = " ".join(str(error).split("[SQL:")[0].split("(Background on this error")[0].split())
+    if password:
+        text = text.replace(str(password), "***")
+    return text or type(error).__name__
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -237,9 +299,16 @@ def open_storage(url: str, heartbeat: int) -> Any:
                 return optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat, grace_period=2 * heartbeat, heartbeat_stale_trial_callback=stale
                 )
-        except SQLAlchemyError:
-            if attempt == 4:
-                raise
+        except ImportError as e:  # check_storage catches this first; Optuna's wrapper names no module
+            cause = _one_line(e.__cause__ or e)
+            raise ConfigError(f"--storage {redact(url)}: its driver does not import: {cause}") from None
+        except SQLAlchemyError as e:
+            if attempt == 4:  # unreachable, refused, or no such database: one line, no password
+                from sqlalchemy.engine import make_url
+
+                raise ConfigError(
+                    f"--storage {redact(url)}: cannot open the database: {_one_line(e, make_url(url).password)}"
+                ) from None
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
 
@@ -252,6 +321,8 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
     except ImportError:
         raise ConfigError(MISSING_EXTRA) from None
     args, fit_args = parse_args(argv)
+    if args.storage is not None:
+        check_storage(args.storage)
     configs = config_paths(fit_args)
     algorithm = algorithm_of(configs)
     space = load_space(args.space, algorithm) if args.space else []

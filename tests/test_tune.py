@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -174,6 +175,49 @@ def test_storage_passwords_are_never_printed():
     assert (
         redact("postgresql://alice:s3cret@db.example:5432/studies") == "postgresql://alice:***@db.example:5432/studies"
     )
+
+
+def test_a_storage_without_its_driver_is_one_line_naming_the_pip_install(tmp_path):
+    # It was 32 lines: SQLAlchemy's ModuleNotFoundError and Optuna's ImportError, two tracebacks.
+    if any(importlib.util.find_spec(m) for m in ("psycopg", "psycopg2")):
+        pytest.skip("a PostgreSQL driver is installed")
+    url = "postgresql://u:secret@127.0.0.1:1/db"
+    space = write_space(tmp_path, SPACE)
+    out = cli("tune", "--config", PPO_CARTPOLE, "--space", space, "--storage", url, *TINY, cwd=tmp_path)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "secret" not in out.stderr + out.stdout
+    assert lines[0].startswith("rl-lightning: error: --storage postgresql://u:***@127.0.0.1:1/db: ")
+    assert re.search(r"the Python module psycopg2?, .* for postgresql, is not installed \(pip install ", lines[0])
+    assert not (tmp_path / "runs").exists()  # refused before any work
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("nosuchdb://u:secret@host/db", "SQLAlchemy has no dialect 'nosuchdb'; use e.g. sqlite:///study.db"),
+        ("postgres://u:secret@host/db", "SQLAlchemy has no dialect 'postgres'"),
+        ("u:secret@host/db", "--storage ***@host/db: not a database URL"),
+        ("mysql+pymysql://u:secret@host/db", "module pymysql, SQLAlchemy's driver for mysql+pymysql, is not installed"),
+    ],
+)
+def test_a_bad_storage_url_is_refused_in_one_line_before_any_trial(tmp_path, monkeypatch, url, message):
+    if url.startswith("mysql+pymysql") and importlib.util.find_spec("pymysql"):
+        pytest.skip("pymysql is installed")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        tune(["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--storage", url, *TINY], fit_trial)
+    assert message in str(e.value) and "\n" not in str(e.value) and "secret" not in str(e.value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_storage_that_does_not_open_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)  # open_storage's retries (for racing workers)
+    url = f"sqlite:///{tmp_path / 'no/such/dir/study.db'}"
+    with pytest.raises(ConfigError) as e:
+        tune(["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--storage", url, *TINY], fit_trial)
+    assert str(e.value) == f"--storage {url}: cannot open the database: unable to open database file"
 
 
 def test_without_optuna_the_error_names_the_extra(tmp_path, monkeypatch):
