@@ -18,8 +18,11 @@ import contextlib
 import dataclasses
 import glob
 import os
+import pickle
 import random
+import shutil
 import tempfile
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -42,7 +45,15 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the file from the user's group
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            try:
+                write(f)
+            except RuntimeError as e:
+                # torch's zip writer reports a failed write ("[enforce fail at inline_container.cc]
+                # unexpected pos 64 vs 0") and hides the OSError (no space left...) it raised in.
+                behind = _os_error_behind(e)
+                if behind is None:
+                    raise
+                raise behind from e
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -62,6 +73,25 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
             os.close(dir_fd)
 
 
+def _os_error_behind(error: BaseException) -> OSError | None:
+    """The ``OSError`` an exception was raised while handling, if any (along ``__context__``)."""
+    cause = error.__context__
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__context__
+    return cause
+
+
+def remove_stale_temporaries(directory: str | Path) -> list[Path]:
+    """Remove the temporary files ``atomic_write`` left in ``directory`` when its process was killed
+    mid-write (``.<name>.<random>.tmp``); returns them. Called when a run starts writing there."""
+    removed = []
+    for tmp in Path(directory).glob(".*.tmp") if Path(directory).is_dir() else ():
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -70,7 +100,8 @@ def _umask() -> int:
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's ``TorchCheckpointIO`` with local saves through ``atomic_write`` (streamed by
-    ``torch.save``, not built in memory first). ``RLModule`` installs it on its trainer's strategy."""
+    ``torch.save``, not built in memory first), and loads that never run code from the file
+    (``read_checkpoint``). ``RLModule`` installs it on its trainer's strategy."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None or not _is_local(path):
@@ -78,18 +109,103 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return
         atomic_write(path, lambda f: torch.save(checkpoint, f))
 
+    def load_checkpoint(
+        self, path: Any, map_location: Any | None = lambda storage, loc: storage, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        return read_checkpoint(path, map_location, weights_only)
+
 
 def install_atomic_checkpoints(trainer: Any) -> None:
-    """Route the trainer's checkpoint saves through ``AtomicCheckpointIO``, unless a custom IO is set."""
+    """Route the trainer's checkpoint saves and loads through ``AtomicCheckpointIO``, unless a custom IO
+    is set."""
     strategy = trainer.strategy
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = AtomicCheckpointIO()
 
 
+def read_checkpoint(path: Any, map_location: Any = "cpu", weights_only: bool | None = True) -> dict[str, Any]:
+    """Load a checkpoint from a local path (``~`` expanded), an http(s) URL or any fsspec URL (``s3://``...)
+    with ``torch.load(weights_only=True)``: tensors and plain containers only, so no code in the file ever
+    runs. Lightning would unpickle a URL with ``weights_only=False`` (a payload in ``__reduce__`` runs);
+    ``weights_only=False`` is refused here for every source. Raises ``ConfigError`` in one line."""
+    if weights_only is False:
+        raise ConfigError(
+            f"Refusing to load {path} with weights_only=False: unpickling runs any code the file holds. "
+            "rl_lightning checkpoints hold only tensors and plain containers; load them with weights_only=True."
+        )
+    with local_copy(path) as local:
+        try:
+            return torch.load(local, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise ConfigError(f"Checkpoint {path}: {refusal(e)}") from None
+
+
+@contextlib.contextmanager
+def local_copy(path: Any) -> Iterator[Path]:
+    """``path`` as a local file: itself (``~`` expanded), or a remote file downloaded to a temporary one
+    (removed afterwards; not torch hub's cache, which reuses any earlier file of the same name)."""
+    if _is_local(path):
+        yield Path(path).expanduser()
+        return
+    with tempfile.TemporaryDirectory(prefix="rl-lightning-ckpt-") as tmp:
+        local = Path(tmp) / (Path(str(path).split("?")[0]).name or "checkpoint.ckpt")
+        try:
+            _download(str(path), local)
+        except ConfigError:
+            raise
+        except Exception as e:
+            raise ConfigError(f"Could not download the checkpoint {path}: {type(e).__name__}: {e}") from None
+        yield local
+
+
+def _download(url: str, local: Path) -> None:
+    if url.startswith(("http://", "https://")):
+        with urllib.request.urlopen(url, timeout=60) as response, open(local, "wb") as f:
+            shutil.copyfileobj(response, f)
+        return
+    try:
+        import fsspec
+    except ImportError:
+        raise ConfigError(f"Reading {url} needs fsspec (pip install fsspec and its driver, e.g. s3fs).") from None
+    with fsspec.open(url, "rb") as remote, open(local, "wb") as f:
+        shutil.copyfileobj(remote, f)
+
+
+def refusal(error: pickle.UnpicklingError) -> str:
+    detail = next((line for line in str(error).splitlines() if "unsupported global" in line.lower()), "").strip()
+    return (
+        "refused: it holds Python objects whose loading would run code"
+        + (f" ({detail.rstrip('.')})" if detail else "")
+        + ". rl_lightning checkpoints hold only tensors and plain containers (torch.load(weights_only=True)); "
+        "this file was not written by rl_lightning or was tampered with"
+    )
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why a local checkpoint cannot be resumed from, or ``None`` if it can: it loads with
+    ``torch.load(weights_only=True)`` (memory-mapped, so a large one is checked without reading all of it)
+    and so does the replay side file it names, if any."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        return refusal(e)
+    except Exception as e:
+        return f"it does not load (truncated or corrupt: {type(e).__name__})"
+    side_name = checkpoint.get("rl_lightning", {}).get("replay_buffer_file")
+    if side_name is not None:
+        side = Path(path).parent / side_name
+        if not side.is_file():
+            return f"its replay side file {side} is missing"
+        try:
+            torch.load(side, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as e:
+            return f"its replay side file {side} does not load (truncated or corrupt: {type(e).__name__})"
+    return None
+
+
 def is_loadable(path: str | Path) -> bool:
-    """Whether ``path`` is a checkpoint ``torch.load(weights_only=True)`` reads (memory-mapped, so a
-    large one is checked without reading all of it)."""
-    return checkpoint_env_steps(path) is not None
+    """Whether ``path`` is a checkpoint to resume from (``checkpoint_problem`` finds none)."""
+    return checkpoint_problem(path) is None
 
 
 def checkpoint_env_steps(path: str | Path) -> int | None:
@@ -101,13 +217,15 @@ def checkpoint_env_steps(path: str | Path) -> int | None:
     return int(checkpoint.get("rl_lightning", {}).get("env_steps", 0))
 
 
-def newest_loadable(candidates: list[Path]) -> tuple[Path | None, list[Path]]:
-    """The newest of ``candidates`` (by modification time) that loads, and the newer ones that did not."""
+def newest_loadable(candidates: list[Path]) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest of ``candidates`` (by modification time) that can be resumed from, and the newer ones
+    that could not, each with the reason (``checkpoint_problem``)."""
     unreadable = []
     for path in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
-        if is_loadable(path):
+        problem = checkpoint_problem(path)
+        if problem is None:
             return path, unreadable
-        unreadable.append(path)
+        unreadable.append((path, problem))
     return None, unreadable
 
 
@@ -121,6 +239,27 @@ def plain_hyperparameters(hparams: dict[str, Any], resolved: dict[str, Any]) -> 
     for key, config in resolved.items():
         if key in hparams and config is not None:
             hparams[key] = dataclasses.asdict(config)
+
+
+def hyperparameter_changes(
+    saved: dict[str, Any], current: dict[str, Any], ignored: tuple[str, ...] = ("env.seed",)
+) -> list[str]:
+    """``"name: old -> new"`` for each hyperparameter (nested ones dotted: ``run.total_env_steps``) that
+    differs between a checkpoint (or a saved config) and now; ``ignored`` aside (env seeds by default:
+    drawn per run, not chosen)."""
+    old, new = _flatten(saved), _flatten(current)
+    skip = {*ignored, "_instantiator", "_class_path"}
+    keys = [k for k in dict.fromkeys([*old, *new]) if k not in skip]
+    return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: list(tree) if isinstance(tree, tuple) else tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}{key}."))
+    return {k.rstrip("."): v for k, v in flat.items()}
 
 
 def rng_state() -> dict[str, Any]:
@@ -190,7 +329,14 @@ class ReplaySideFileIO(CheckpointIO):
                     f"Checkpoint {path} keeps its replay buffer in {side}, which is missing. Copy it next "
                     "to the checkpoint, or resume without the buffer by loading the weights only."
                 )
-            state["replay_buffer"] = self.side_io.load_checkpoint(side, map_location="cpu", weights_only=True)
+            try:
+                state["replay_buffer"] = self.side_io.load_checkpoint(side, map_location="cpu", weights_only=True)
+            except Exception as e:
+                raise ConfigError(
+                    f"Checkpoint {path} keeps its replay buffer in {side}, which does not load (truncated or "
+                    f"corrupt: {type(e).__name__}). Resume from another checkpoint (`--ckpt_path last` takes the "
+                    "newest whose files all load), or load the weights only."
+                ) from e
         return checkpoint
 
     def remove_checkpoint(self, path: Any) -> None:

@@ -19,23 +19,38 @@ with a message: Lightning would run bfloat16 instead of the float16 asked for.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
+import yaml
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
 from rl_lightning.callbacks.cuda_graphs import CUDAGraphs
-from rl_lightning.checkpointing import atomic_write, checkpoint_env_steps, is_loadable, newest_loadable
+from rl_lightning.callbacks.preemption import SIGTERM_EXIT_CODE
+from rl_lightning.checkpointing import (
+    atomic_write,
+    checkpoint_env_steps,
+    checkpoint_problem,
+    hyperparameter_changes,
+    local_copy,
+    newest_loadable,
+)
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, RunFailed
 from rl_lightning.tune import tune
@@ -80,7 +95,8 @@ def _short_parser_error(message: str) -> str:
 class AtomicSaveConfigCallback(SaveConfigCallback):
     """LightningCLI's ``config.yaml``, written atomically (``atomic_write``) into the run's directory:
     the one its checkpoints go in (``run_dir``), for every logger (Lightning's own would write W&B runs
-    into one shared directory and stop on MLflow runs, which have no local log directory)."""
+    into one shared directory and stop on MLflow runs, which have no local log directory). The logger's
+    ``hparams.yaml`` beside it is always of the same start."""
 
     def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
         if self.already_saved:
@@ -93,6 +109,9 @@ class AtomicSaveConfigCallback(SaveConfigCallback):
                 return
             text = self.parser.dump(self.config, skip_none=False)
             atomic_write(Path(where) / self.config_filename, lambda f: f.write(text.encode()))
+            # A resumed run's hparams.yaml is the first start's (TensorBoard's logger writes it only where
+            # none exists): removed, the logger writes this start's, which config.yaml describes.
+            (Path(where) / "hparams.yaml").unlink(missing_ok=True)
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
@@ -167,7 +186,16 @@ class RLCLI(LightningCLI):
         # would refuse them: "configured with enable_checkpointing=False but found ModelCheckpoint").
         if config.get("enable_checkpointing") is False:
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-        return super()._instantiate_trainer(config, callbacks)
+        if self.subcommand not in ("validate", "test"):
+            return super()._instantiate_trainer(config, callbacks)
+        # validate and test print their results and write nothing: a logger would open a new run version
+        # (runs/<name>/version_<n+1>) holding one point, and config.yaml would describe no training.
+        callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        save_config, self.save_config_callback = self.save_config_callback, None
+        try:
+            return super()._instantiate_trainer({**config, "logger": False}, callbacks)
+        finally:
+            self.save_config_callback = save_config
 
     def _parse_ckpt_path(self) -> None:
         """Resolve and check ``--ckpt_path`` (``_continue_run``), then, only where no model is configured
@@ -201,11 +229,19 @@ class RLCLI(LightningCLI):
         logger.init_args[key] = f"{algorithm}_{env_slug(env_id)}{backend}"
 
     def _continue_run(self, subcommand: str) -> None:
-        """Resolve ``--ckpt_path``. ``last`` is the newest checkpoint of the run (named by the logger) that
-        actually loads: an unreadable newer one (a truncated copy, a disk that filled up under another
-        writer) is skipped and reported. An explicit path must load too. ``fit`` then continues that
-        run's logger version, so the TensorBoard curves simply continue. ``validate`` and ``test`` need a
-        checkpoint: without one they would evaluate untrained weights."""
+        """Resolve ``--ckpt_path`` and say where the run starts from.
+
+        ``last`` is this run's newest checkpoint: among the versions of the experiment the config's logger
+        names (``runs/<name>/version_*``), the newest whose saved ``config.yaml`` trains what this config
+        trains (the model's arguments and the seed), else the newest that differs only in its budget
+        (``run.total_env_steps``: a resume that extends the run), else the newest of all, with a warning
+        naming it and each difference. Within a version, the newest checkpoint whose
+        files all load (its replay side file included); one that does not is skipped and named. An
+        explicit path must load too; ``~`` is expanded; a URL (http, https, or any fsspec protocol) is
+        downloaded to a temporary file. Every file is read with ``weights_only=True``: a checkpoint never
+        runs code. ``fit`` then continues that run's logger version, so the TensorBoard curves simply
+        continue. ``validate`` and ``test`` need a checkpoint: without one they would evaluate untrained
+        weights."""
         config = self.config[subcommand]
         ckpt_path = config.get("ckpt_path")
         if subcommand in ("validate", "test") and not ckpt_path:
@@ -219,33 +255,80 @@ class RLCLI(LightningCLI):
         init_args = logger.init_args if hasattr(logger, "init_args") else {}
         run_root = Path(init_args.get("save_dir") or ".") / (init_args.get("name") or "default")
         if ckpt_path == "last":
-            candidates = list(run_root.glob("version_*/checkpoints/*.ckpt"))
-            found, unreadable = newest_loadable(candidates)
-            skipped = "".join(f" Skipped {p}: it does not load." for p in unreadable)
-            if found is None:
-                tried = f" (tried {', '.join(map(str, unreadable))})" if unreadable else ""
-                raise ConfigError(
-                    f"--ckpt_path last: no checkpoint that loads under {run_root}/version_*/checkpoints{tried}."
-                )
-            if skipped:
-                print(f"rl-lightning: warning:{skipped} Using {found}.", file=sys.stderr)
-            config.ckpt_path = ckpt_path = str(found)
-        elif "://" not in str(ckpt_path):
-            path = Path(ckpt_path)
+            path = self._last_of_this_run(subcommand, run_root)
+        elif "://" in str(ckpt_path):
+            path = self._download(str(ckpt_path))
+        else:
+            path = Path(ckpt_path).expanduser()
             if not path.is_file():
                 raise ConfigError(f"--ckpt_path {ckpt_path}: no such file.")
-            if not is_loadable(path):
+            if problem := checkpoint_problem(path):
                 found, _ = newest_loadable([p for p in path.parent.glob("*.ckpt") if p != path])
                 hint = f" The newest checkpoint beside it that loads: {found}." if found else ""
-                raise ConfigError(f"--ckpt_path {ckpt_path}: the file does not load (truncated or corrupt).{hint}")
-        version = _version(Path(ckpt_path))
-        if (
-            subcommand == "fit"
-            and version is not None
-            and hasattr(logger, "init_args")
-            and init_args.get("version") is None
-        ):
+                raise ConfigError(f"--ckpt_path {ckpt_path}: {problem}.{hint}")
+        config.ckpt_path = str(path)
+        version = _version(path)
+        resumes = subcommand == "fit" and version is not None and init_args.get("version") is None
+        if resumes and hasattr(logger, "init_args"):
             logger.init_args.version = version
+        if rank_zero_only.rank == 0:
+            verb = "resuming" if subcommand == "fit" else f"{subcommand}: evaluating"
+            run = f" run {path.parent.parent}," if path.parent.name == "checkpoints" else ""
+            print(
+                f"rl-lightning: {verb}{run} checkpoint {path.name} at env step {checkpoint_env_steps(path)}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _last_of_this_run(self, subcommand: str, run_root: Path) -> Path:
+        """``--ckpt_path last`` (see ``_continue_run``)."""
+        versions = sorted(
+            (v for v in run_root.glob("version_*") if v.is_dir() and any(v.glob("checkpoints/*.ckpt"))),
+            key=lambda v: max(p.stat().st_mtime for p in v.glob("checkpoints/*.ckpt")),
+            reverse=True,
+        )
+        config = self._plain_config(subcommand)
+        differences = {v: _config_changes(_read_yaml(v / "config.yaml"), config) for v in versions}
+
+        def rank(version: Path) -> int:  # same config first, then the same but for the budget (a resume
+            changes = differences[version]  # that extends the run), then any, newest first within each
+            return 0 if not changes else 1 if all(c.startswith("model.run.total_env_steps:") for c in changes) else 2
+
+        skipped: list[tuple[Path, str]] = []
+        for version in sorted(versions, key=rank):
+            found, unreadable = newest_loadable(list(version.glob("checkpoints/*.ckpt")))
+            skipped += unreadable
+            if found is not None:
+                break
+        else:
+            tried = "".join(f" {p}: {why}." for p, why in skipped)
+            raise ConfigError(
+                f"--ckpt_path last: no checkpoint that loads under {run_root}/version_*/checkpoints.{tried}"
+            )
+        notes = [f"Skipped {p}: {why}." for p, why in skipped]
+        if rank(version) == 2:
+            notes.append(
+                f"No run under {run_root} was trained with this config; taking the newest, {version}, whose "
+                f"config.yaml differs (saved -> given): {'; '.join(differences[version])}."
+            )
+        if notes and rank_zero_only.rank == 0:
+            print(f"rl-lightning: warning: {' '.join(notes)} Using {found}.", file=sys.stderr, flush=True)
+        return found
+
+    def _plain_config(self, subcommand: str) -> dict[str, Any]:
+        """The config as ``config.yaml`` would hold it."""
+        return yaml.safe_load(self._parser(subcommand).dump(self.config[subcommand], skip_none=False)) or {}
+
+    def _download(self, url: str) -> Path:
+        """A remote checkpoint, downloaded to a temporary file that lives as long as the process, and
+        checked like a local one (``weights_only=True``)."""
+        directory = Path(tempfile.mkdtemp(prefix="rl-lightning-ckpt-"))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        with local_copy(url) as local:
+            path = Path(shutil.copy(local, directory / local.name))
+        if problem := checkpoint_problem(path):
+            raise ConfigError(f"--ckpt_path {url}: {problem}.")
+        return path
 
     def after_fit(self) -> None:
         """Say where the run went: its directory (TensorBoard) and its checkpoints."""
@@ -268,13 +351,52 @@ class RLCLI(LightningCLI):
         print("\n".join(lines), flush=True)
 
     def _run_subcommand(self, subcommand: str) -> None:
-        """Run it; a run that fails is reported in one line with what was lost and the way on."""
+        """Run it; a run that fails is reported in one line with what was lost and the way on, and one
+        that failed before its first env step leaves no run directory behind. A preempted fit (SIGTERM)
+        says where to continue and exits 143 (``PreemptionExitCode``)."""
+        new_run = self._new_run_dir(subcommand)
         try:
             super()._run_subcommand(subcommand)
+        except SIGTERMException:
+            if self.trainer.is_global_zero:
+                print(f"rl-lightning: {_describe_preemption(self.trainer, subcommand)}", file=sys.stderr, flush=True)
+            raise
         except (ConfigError, KeyboardInterrupt):
+            self._remove_untrained_run(new_run)
             raise
         except Exception as e:
+            self._remove_untrained_run(new_run)
             raise RunFailed(_describe_failure(e, self.trainer, subcommand)) from e
+
+    def _new_run_dir(self, subcommand: str) -> Path | None:
+        """The directory this fit's file logger is about to create, or ``None`` if it exists already
+        (a resumed run) or the logger is not a local file logger (MLflow's and W&B's start remote runs)."""
+        trainer = self.trainer
+        logger = trainer.logger
+        if subcommand != "fit" or not trainer.is_global_zero or not isinstance(logger, TensorBoardLogger | CSVLogger):
+            return None
+        path = run_dir(trainer)
+        return None if path.exists() else path
+
+    def _remove_untrained_run(self, path: Path | None) -> None:
+        if path is None or getattr(self.model, "env_steps", 0) > 0 or not path.is_dir():
+            return
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the experiment's directory too, if this run was its only one
+            path.parent.rmdir()
+
+
+def _describe_preemption(trainer: Trainer, subcommand: str) -> str:
+    module = trainer.lightning_module
+    where = f" at env step {module.env_steps}" if hasattr(module, "env_steps") else ""
+    dirs = {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)}
+    found, _ = newest_loadable([p for d in dirs if d.is_dir() for p in d.glob("*.ckpt")])
+    way_on = (
+        f" Newest checkpoint: {found} (env step {checkpoint_env_steps(found)}); continue with --ckpt_path {found}."
+        if found is not None and subcommand == "fit"
+        else ""
+    )
+    return f"{subcommand} stopped by SIGTERM{where} (preempted); exit status {SIGTERM_EXIT_CODE}.{way_on}"
 
 
 def _describe_failure(error: BaseException, trainer: Trainer, subcommand: str) -> str:
@@ -283,6 +405,7 @@ def _describe_failure(error: BaseException, trainer: Trainer, subcommand: str) -
     module = trainer.lightning_module
     where = f" at env step {module.env_steps}" if module is not None and hasattr(module, "env_steps") else ""
     what = str(error) if isinstance(error, CollectionError | DivergenceError) else f"{type(error).__name__}: {error}"
+    what = what.rstrip(".")
     if isinstance(error, OSError) and error.filename and str(error.filename) not in what:
         what += f" ({error.filename})"
     dirs = {Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)}
@@ -296,11 +419,46 @@ def _describe_failure(error: BaseException, trainer: Trainer, subcommand: str) -
     return f"{subcommand} failed{where}: {what}.{way_on} (Full traceback: RL_LIGHTNING_DEBUG=1.)"
 
 
+def debugging() -> bool:
+    """``RL_LIGHTNING_DEBUG`` set to anything but empty, 0, false, no or off: show tracebacks."""
+    return os.environ.get("RL_LIGHTNING_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def env_slug(env_id: str) -> str:
     """``cartpole`` for ``CartPole-v1``, ``pong`` for ``ALE/Pong-v5``, ``gridreach`` for
     ``rl_lightning.envs.examples:GridReach-v0``."""
     name = re.sub(r"-v\d+$", "", env_id.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
     return re.sub(r"\W+", "_", name).strip("_").lower() or "env"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def _config_changes(saved: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """``"key: saved -> given"`` for what two run configs train differently: the model's arguments (the
+    number of evaluation episodes aside) and the seed (a seed drawn at random, ``seed_everything: true``,
+    matches any)."""
+    if not saved:
+        return ["(no config.yaml)"]
+    changes = hyperparameter_changes(
+        {"model": _model_arguments(saved.get("model"))},
+        {"model": _model_arguments(given.get("model"))},
+        ignored=("model.run.eval_episodes",),  # how precisely a run is evaluated, not what it trains
+    )
+    seed = given.get("seed_everything")
+    if seed not in (True, None) and saved.get("seed_everything") != seed:
+        changes.append(f"seed_everything: {saved.get('seed_everything')!r} -> {seed!r}")
+    return changes
+
+
+def _model_arguments(model: Any) -> dict[str, Any]:
+    if not isinstance(model, dict):
+        return {}
+    return {"class_path": model.get("class_path"), **(model.get("init_args") or {})}
 
 
 def _version(path: Path) -> int | None:
@@ -341,7 +499,12 @@ def fit_trial(args: list[str], callback: Callback) -> Trainer:
 
 def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else args
+    # `module:EnvId` ids and `--trainer.callbacks+=mymodule.Callback` import from the current directory, as
+    # `python -m` does (a console script's path starts at its own bin/ directory instead).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
+        check_config_files(argv)
         if argv[:1] == ["tune"]:
             tune(argv[1:], fit_trial)
         else:
@@ -353,7 +516,7 @@ def main(args: list[str] | None = None) -> None:
         cause: BaseException | None = e
         while cause is not None and not isinstance(cause, ConfigError | RunFailed):
             cause = cause.__cause__ or cause.__context__
-        if cause is None or (isinstance(cause, RunFailed) and os.environ.get("RL_LIGHTNING_DEBUG")):
+        if cause is None or (isinstance(cause, RunFailed) and debugging()):
             raise
         print(f"rl-lightning: error: {cause}", file=sys.stderr)
         raise SystemExit(2 if isinstance(cause, ConfigError) else 1) from None
@@ -361,6 +524,26 @@ def main(args: list[str] | None = None) -> None:
         # Under DDP, a process group left open can abort the process at interpreter exit (SIGABRT).
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Each ``--config FILE`` parses as YAML, or one line naming the file, line and column (jsonargparse
+    reports the first of YAML's messages without its position)."""
+    files = [b for a, b in zip(argv, argv[1:], strict=False) if a == "--config"]
+    files += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for name in files:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            continue  # jsonargparse reports it (or it is a YAML string given inline)
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            context = f" ({e.context})" if e.context else ""
+            raise ConfigError(f"{name}{where}: {e.problem or e}{context}.") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{name}: {e}") from None
 
 
 if __name__ == "__main__":

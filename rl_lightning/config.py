@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 from typing import Any, TypeVar
+
+from rl_lightning.errors import ConfigError
 
 ConfigT = TypeVar("ConfigT")
 
@@ -26,9 +29,6 @@ class RunConfig:
     total_env_steps: int | None = None
     env_steps_per_epoch: int | None = None
     eval_episodes: int | None = None
-
-
-DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)
 
 
 DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)
@@ -54,3 +54,14 @@ def resolve_config(algorithm: type, name: str, value: Any) -> Any:
     given = as_config(type(default), value)
     missing = {f.name: getattr(default, f.name) for f in dataclasses.fields(given) if getattr(given, f.name) is None}
     return dataclasses.replace(given, **missing)
+
+
+def torch_threads() -> int:
+    """Intra-op threads for torch while a module fits or evaluates: ``OMP_NUM_THREADS`` if set (importing
+    rl_lightning sets it to 1 where it is unset), else 1. RL's small networks gain nothing from a
+    thread pool and lose badly when cores are shared with envs, DDP ranks or other jobs."""
+    value = os.environ.get("OMP_NUM_THREADS", "1")
+    try:
+        return max(int(value), 1)
+    except ValueError:
+        raise ConfigError(f"OMP_NUM_THREADS must be a positive integer, got {value!r}.") from None

@@ -160,7 +160,8 @@ def test_resume_from_last_skips_an_unreadable_newest_checkpoint(tmp_path, monkey
     truncate(checkpoints / "last.ckpt")
     os.utime(checkpoints / "last.ckpt")  # the newest file
     good, skipped = newest_loadable(list(checkpoints.glob("*.ckpt")))
-    assert good is not None and good.name.startswith("best") and skipped == [checkpoints / "last.ckpt"]
+    assert good is not None and good.name.startswith("best") and [p for p, _ in skipped] == [checkpoints / "last.ckpt"]
+    assert skipped[0][1].startswith("it does not load (truncated or corrupt: ")
     main(
         [
             "validate",
@@ -176,7 +177,8 @@ def test_resume_from_last_skips_an_unreadable_newest_checkpoint(tmp_path, monkey
     )
     err = capsys.readouterr().err
     relative = checkpoints.relative_to(tmp_path)  # as the config's logger names the run
-    assert f"Skipped {relative / 'last.ckpt'}: it does not load. Using {relative / good.name}." in err
+    assert f"Skipped {relative / 'last.ckpt'}: it does not load (truncated or corrupt: " in err
+    assert f"Using {relative / good.name}." in err
 
 
 def test_an_explicit_unreadable_checkpoint_is_one_line_naming_one_that_loads(tmp_path, monkeypatch, capsys):
@@ -188,7 +190,7 @@ def test_an_explicit_unreadable_checkpoint_is_one_line_naming_one_that_loads(tmp
         )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"rl-lightning: error: --ckpt_path {checkpoints / 'last.ckpt'}: the file does not load")
+    assert err[-1].startswith(f"rl-lightning: error: --ckpt_path {checkpoints / 'last.ckpt'}: it does not load (")
     assert "The newest checkpoint beside it that loads:" in err[-1] and "best-" in err[-1]
 
 

@@ -21,3 +21,4 @@ def test_readme_python_example_runs_as_written(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "policy.pt2").is_file()
     assert float(re.findall(r"tensor\(([\d.]+)\)", out.stdout)[-1]) >= 475  # it solves CartPole
+    assert "policy = torch.export.load(" in snippet  # the exported policy is played as written

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import pickle
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -37,14 +38,20 @@ from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric, Metric
 
 from rl_lightning.callbacks.divergence import DivergenceCheck
+from rl_lightning.callbacks.preemption import PreemptionExitCode
 from rl_lightning.checkpointing import (
+    hyperparameter_changes,
     install_atomic_checkpoints,
     install_replay_side_files,
+    local_copy,
     plain_hyperparameters,
+    read_checkpoint,
+    refusal,
+    remove_stale_temporaries,
     rng_state,
     set_rng_state,
 )
-from rl_lightning.config import DEFAULT_RUN, ConfigT, RunConfig, as_config, resolve_config
+from rl_lightning.config import DEFAULT_RUN, ConfigT, RunConfig, as_config, resolve_config, torch_threads
 from rl_lightning.cuda_graphs import GraphedUpdate
 from rl_lightning.data.dataset import ExperienceDataset
 from rl_lightning.data.replay import Replay, ReplayConfig
@@ -138,6 +145,10 @@ class RLModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         check_env_id(self.env_config.env_id, self.env_config.backend)
         strategy = self._trainer.strategy if self._trainer is not None else None  # None: called by hand
+        # Chosen here, not at import: torch's intra-op pool is sized when torch is imported, which a
+        # script may do before importing rl_lightning (a 2-core machine then ran PPO 24x slower).
+        self._threads_before = torch.get_num_threads()
+        torch.set_num_threads(torch_threads())
         if stage == "fit":
             if self.env_config.seed is None:
                 # Drawn from torch's RNG, so seed_everything makes the envs reproducible too. Rank 0's
@@ -152,6 +163,10 @@ class RLModule(L.LightningModule):
             self.build_for_env()
         if strategy is not None:
             install_atomic_checkpoints(self.trainer)  # a full disk never costs the last good checkpoint
+            if self.trainer.is_global_zero:  # what a kill in the middle of a save left behind
+                for callback in self.trainer.checkpoint_callbacks:
+                    if getattr(callback, "dirpath", None):
+                        remove_stale_temporaries(callback.dirpath)
             if self.replay is not None and self.replay.config.save_replay_buffer:
                 install_replay_side_files(self.trainer)  # large buffers go next to the checkpoint
         if stage == "fit" and strategy is not None and self.trainer.world_size > 1:
@@ -204,6 +219,8 @@ class RLModule(L.LightningModule):
     def teardown(self, stage: str) -> None:
         if stage == "fit":
             torch.set_flush_denormal(False)  # back to the default (see on_fit_start)
+        if hasattr(self, "_threads_before"):
+            torch.set_num_threads(self._threads_before)  # the caller's own torch work keeps its threads
         if self.envs is not None:
             self.envs.close()
             self.envs = None
@@ -290,7 +307,10 @@ class RLModule(L.LightningModule):
             self.trainer.should_stop = True
 
     def configure_callbacks(self) -> list[Callback]:
-        return [DivergenceCheck()]
+        # Lightning lets a module's callbacks replace the trainer's of the same type: add the check only
+        # where the user did not configure one (its weight limit, say).
+        configured = any(isinstance(callback, DivergenceCheck) for callback in self.trainer.callbacks)
+        return [PreemptionExitCode(), *([] if configured else [DivergenceCheck()])]
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.env_steps >= self.total_env_steps:
@@ -450,7 +470,34 @@ class RLModule(L.LightningModule):
         resolved = {"env": self.env_config, "run": self.run_config, "replay": self.replay_config}
         plain_hyperparameters(checkpoint.get("hyper_parameters", {}), resolved)
 
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = True,
+        **kwargs: Any,
+    ) -> RLModule:
+        """Lightning's ``load_from_checkpoint`` for a path or a URL, always with ``weights_only=True``: a
+        checkpoint never runs code (``rl_lightning.checkpointing.read_checkpoint``)."""
+        if weights_only is False:
+            read_checkpoint(checkpoint_path, weights_only=False)  # raises: the refusal, in one line
+        with local_copy(checkpoint_path) as local:
+            try:
+                return super().load_from_checkpoint(local, map_location, hparams_file, strict, True, **kwargs)
+            except pickle.UnpicklingError as e:
+                raise ConfigError(f"Checkpoint {checkpoint_path}: {refusal(e)}") from None
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self._trainer is not None:  # resuming or evaluating with this module's own hyperparameters
+            changes = hyperparameter_changes(checkpoint.get("hyper_parameters", {}), self._plain_hparams())
+            if changes:
+                rank_zero_warn(
+                    f"The checkpoint was trained with other hyperparameters than this {type(self).__name__}'s "
+                    f"(checkpoint -> now): {'; '.join(changes)}. Training and evaluation go on with the new ones."
+                )
         state = checkpoint.get("rl_lightning", {})
         self.env_steps = int(state.get("env_steps", 0))
         if "rng" in state:
@@ -464,6 +511,13 @@ class RLModule(L.LightningModule):
         self.build_for_env()
         if state.get("replay_buffer") is not None and self.replay is not None:
             self.replay.load_state_dict(state["replay_buffer"])
+
+    def _plain_hparams(self) -> dict[str, Any]:
+        """The hyperparameters as a checkpoint stores them (``on_save_checkpoint``)."""
+        hparams = dict(self.hparams)
+        resolved = {"env": self.env_config, "run": self.run_config, "replay": self.replay_config}
+        plain_hyperparameters(hparams, resolved)
+        return hparams
 
 
 class GraphedPolicy(NamedTuple):

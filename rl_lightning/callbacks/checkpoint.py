@@ -43,4 +43,6 @@ class LastCheckpoint(ModelCheckpoint):
         try:
             super().on_exception(trainer, pl_module, exception)
         except OSError as e:
-            rank_zero_warn(f"Could not write {self.filename}.ckpt on the way out: {e}; the previous one is intact.")
+            previous = self.last_model_path or self.best_model_path
+            kept = f"the previous one, {previous}, is intact" if previous else "no earlier checkpoint exists"
+            rank_zero_warn(f"Could not write {self.filename}.ckpt on the way out: {e}; {kept}.")
