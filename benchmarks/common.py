@@ -143,7 +143,7 @@ def fit_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
         "train_return": None if last_return is None else float(last_return),
         "curve": clock.curve,  # [env steps, training return] at each logging step
         # CUDA graphs: per update function, graphs captured, calls replayed, calls run eagerly, failed
-        "graphs": {k: [g.captures, g.replays, g.eager_calls, g.failed] for k, g in model._graphed.items()},
+        "graphs": {k: [g.captures, g.replays, g.eager_calls, g.failed] for k, g in model.graphs.graphed.items()},
     }
 
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
 
 from rl_lightning.errors import ConfigError
 
@@ -121,6 +122,18 @@ def install_atomic_checkpoints(trainer: Any) -> None:
     strategy = trainer.strategy
     if type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = AtomicCheckpointIO()
+
+
+def prepare_checkpoints(trainer: Any) -> None:
+    """What ``RLModule.setup`` does for the trainer's checkpoints: saves atomic and loads weights-only
+    (``AtomicCheckpointIO``), large replay buffers beside the checkpoint (``ReplaySideFileIO``), and the
+    temporary files a kill in the middle of an earlier save left in the checkpoint directories removed."""
+    install_atomic_checkpoints(trainer)
+    install_replay_side_files(trainer)
+    if trainer.is_global_zero:
+        for callback in trainer.checkpoint_callbacks:
+            if getattr(callback, "dirpath", None):
+                remove_stale_temporaries(callback.dirpath)
 
 
 def read_checkpoint(path: Any, map_location: Any = "cpu", weights_only: bool | None = True) -> dict[str, Any]:
@@ -229,6 +242,63 @@ def newest_loadable(candidates: list[Path]) -> tuple[Path | None, list[tuple[Pat
     return None, unreadable
 
 
+def save_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
+    """What ``RLModule.on_save_checkpoint`` adds to Lightning's checkpoint: the env-step counter, the env
+    seed, the RNG states, the algorithm's ``checkpointed_attributes``, the experience side's state
+    (a replay buffer, where asked), and the configs as resolved (the env seed drawn in setup, the
+    algorithm's defaults filled in), so a reload does not depend on the defaults of the code that loads it."""
+    state = {"env_steps": module.env_steps, "env_seed": module.env_config.seed, "rng": rng_state()}
+    state.update({name: getattr(module, name) for name in module.checkpointed_attributes})
+    if module.experience is not None and (experience := module.experience.state_dict()) is not None:
+        state["replay_buffer"] = experience  # the key since replay buffers were first saved
+    checkpoint["rl_lightning"] = state
+    plain_hyperparameters(checkpoint.get("hyper_parameters", {}), resolved_configs(module))
+
+
+def restore_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
+    """``RLModule.on_load_checkpoint``: the reverse of ``save_module_state``, the networks built first
+    (``load_from_checkpoint`` calls it before ``load_state_dict``). Loaded by a trainer (a resume or an
+    evaluation), it warns about every hyperparameter that differs from the checkpoint's."""
+    if module._trainer is not None:
+        hparams = dict(module.hparams)
+        plain_hyperparameters(hparams, resolved_configs(module))
+        if changes := hyperparameter_changes(checkpoint.get("hyper_parameters", {}), hparams):
+            rank_zero_warn(
+                f"The checkpoint was trained with other hyperparameters than this {type(module).__name__}'s "
+                f"(checkpoint -> now): {'; '.join(changes)}. Training and evaluation go on with the new ones."
+            )
+    state = checkpoint.get("rl_lightning", {})
+    module.env_steps = int(state.get("env_steps", 0))
+    if "rng" in state:
+        set_rng_state(state["rng"])
+    if module.env_config.seed is None and state.get("env_seed") is not None:
+        module.env_config.seed = int(state["env_seed"])
+    for name in module.checkpointed_attributes:
+        if name in state:
+            setattr(module, name, type(getattr(module, name))(state[name]))
+    module.build_for_env()
+    if state.get("replay_buffer") is not None:
+        module.experience.load_state_dict(state["replay_buffer"])
+
+
+def resolved_configs(module: Any) -> dict[str, Any]:
+    return {"env": module.env_config, "run": module.run_config, "replay": module.replay_config}
+
+
+def load_module(
+    lightning_load: Callable[..., Any], path: Any, map_location: Any, weights_only: bool | None, **kwargs: Any
+) -> Any:
+    """Lightning's ``load_from_checkpoint`` (``lightning_load``) of a local copy of ``path`` (a URL is
+    downloaded), always with ``weights_only=True``; ``weights_only=False`` is refused in one line."""
+    if weights_only is False:
+        read_checkpoint(path, weights_only=False)  # raises: the refusal, in one line
+    with local_copy(path) as local:
+        try:
+            return lightning_load(local, map_location=map_location, weights_only=True, **kwargs)
+        except pickle.UnpicklingError as e:
+            raise ConfigError(f"Checkpoint {path}: {refusal(e)}") from None
+
+
 def plain_hyperparameters(hparams: dict[str, Any], resolved: dict[str, Any]) -> None:
     """Make a checkpoint's hyperparameters plain containers, so ``torch.load(weights_only=True)`` reads
     them: dataclass configs become dicts, and those in ``resolved`` (name -> config or None) replace
@@ -276,6 +346,14 @@ def rng_state() -> dict[str, Any]:
         },
         "python": {"version": py_state[0], "state": list(py_state[1]), "gauss": py_state[2]},
     }
+
+
+def seed_all(seed: int) -> None:
+    """Seed torch, numpy and python's RNGs (a DDP rank's own streams, after ``seed_everything`` gave
+    every rank the same)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
 
 
 def set_rng_state(state: dict[str, Any]) -> None:

@@ -51,7 +51,7 @@ from rl_lightning.checkpointing import (
     local_copy,
     newest_loadable,
 )
-from rl_lightning.envs.make import EnvConfig
+from rl_lightning.envs.make import EnvConfig, backend_tag
 from rl_lightning.errors import CollectionError, ConfigError, DivergenceError, RunFailed
 from rl_lightning.tune import tune
 
@@ -225,7 +225,7 @@ class RLCLI(LightningCLI):
         env_id = (env.get("env_id") if env is not None else None) or EnvConfig().env_id
         algorithm = str(model.class_path).rsplit(".", 1)[-1].lower()
         backend = env.get("backend") if env is not None else None
-        backend = f"_{backend}" if backend in ("torch", "envpool") else ""
+        backend = backend_tag(backend)
         logger.init_args[key] = f"{algorithm}_{env_slug(env_id)}{backend}"
 
     def _continue_run(self, subcommand: str) -> None:

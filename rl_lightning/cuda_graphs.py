@@ -92,3 +92,48 @@ class GraphedUpdate:
             static_out = self.fn(*static_inputs)
         self.graphs[key] = (graph, static_inputs, static_out)
         self.captures += 1
+
+
+class UpdateGraphs:
+    """The CUDA graphs of one module's updates (``cuda_graphs: true``): each update function captured once
+    per input shapes and replayed (``run``), its optimizer steps in plain torch (``gradient_step``:
+    Lightning's hooks around backward and the step are Python and could not run on a replay), and the
+    optimizers each update steps remembered so that Lightning still counts them on replays.
+
+    ``RLModule`` composes one; an algorithm reaches it through ``run_update`` and ``gradient_step``."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.graphed: dict[str, GraphedUpdate] = {}
+        self._stepped: list[Any] = []  # the (Lightning) optimizers the running update stepped
+        self._steps_of: dict[str, list[Any]] = {}  # ... and those each update steps, for its replays
+
+    def graphed_fn(self, fn: Callable[..., Any], name: str) -> GraphedUpdate:
+        """``fn`` as the ``GraphedUpdate`` named ``name`` (built on first use)."""
+        return self.graphed.get(name) or self.graphed.setdefault(name, GraphedUpdate(fn, name))
+
+    def run(self, update: Callable[..., Any], *inputs: Tensor) -> Any:
+        """``update(*inputs)`` captured (once per input shapes) and replayed; its outputs are valid until
+        the next call."""
+        graphed = self.graphed_fn(update, update.__name__)
+        replays = graphed.replays
+        self._stepped = []
+        out = graphed(*inputs)
+        if graphed.replays == replays:  # the update's Python ran: it named the optimizers it steps
+            self._steps_of[graphed.name] = self._stepped
+        for optimizer in self._steps_of[graphed.name]:
+            # Lightning counts optimizer steps (global_step) in these hooks of LightningOptimizer; it has
+            # no public API to count a step it did not run. tests/test_lightning_private.py checks them.
+            optimizer._on_before_step()
+            optimizer._on_after_step()
+        return out
+
+    def gradient_step(self, optimizer: Any, loss: Tensor, max_grad_norm: float | None) -> None:
+        """``zero_grad``, backward, gradient-norm clipping and the step of the wrapped torch optimizer."""
+        optimizer.zero_grad()
+        loss.backward()
+        if max_grad_norm is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.optimizer.step()
+        self._stepped.append(optimizer)

@@ -4,15 +4,17 @@ wrappers. ``RLModule``'s validation and test steps, ``RLModule.play_episodes`` a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs.make import EnvConfig, episode_stats, make_vector_env
+from rl_lightning.envs.make import EnvConfig, episode_stats, eval_env_config, make_vector_env
+from rl_lightning.envs.spaces import to_env_actions_tensor
+from rl_lightning.errors import naming_env_faults
 
 # Evaluation episodes use their own seeds, far from any training env's.
 EVAL_SEED_OFFSET = 1_000_000
@@ -32,8 +34,7 @@ def eval_seeds(env_config: EnvConfig, episodes: int, rank: int = 0, world_size: 
 def make_eval_env(env_config: EnvConfig, num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
     """The training env's backend without training-only wrappers (Atari: true game scores); gymnasium's
     env when training on the torch backend, or to render (envpool does not)."""
-    backend = "gymnasium" if env_config.backend == "torch" or render_mode else env_config.backend
-    config = dataclasses.replace(env_config, backend=backend)
+    config = eval_env_config(env_config, render_mode)
     return make_vector_env(config, num_envs=num_envs, render_mode=render_mode, training=False)
 
 
@@ -70,3 +71,31 @@ def play_episodes(
         return returns, lengths
     finally:
         envs.close()
+
+
+def log_evaluation(module: Any, seeds: list[int], prefix: str) -> None:
+    """``RLModule``'s validation and test step: one deterministic episode per seed of this rank, their
+    returns and lengths into the module's torchmetrics (reduced across ranks at the epoch's end), logged
+    as ``<prefix>/episode_return`` and ``<prefix>/episode_length`` against env steps."""
+    if seeds:
+        with naming_env_faults("Evaluation", module.env_config.env_id, module.env_steps):
+            returns, lengths = module.play_episodes(seeds)
+        module.eval_return.update(torch.as_tensor(returns, dtype=torch.float32, device=module.device))
+        module.eval_length.update(torch.as_tensor(lengths, dtype=torch.float32, device=module.device))
+    module.log(f"{prefix}/episode_return", module.eval_return, prog_bar=True, batch_size=max(len(seeds), 1))
+    module.log(f"{prefix}/episode_length", module.eval_length, batch_size=max(len(seeds), 1))
+    if prefix == "val" and not module.trainer.sanity_checking:
+        # Same value on every rank; sync_dist only silences Lightning's epoch-level DDP warning.
+        module.log("step", float(module.env_steps), batch_size=1, sync_dist=True)
+        if module.trainer.state.fn == "fit":  # marks the run as a fit, also one too short to log training
+            module.log("time/env_steps", float(module.env_steps), batch_size=1, sync_dist=True)
+
+
+def env_actions(module: Any, obs: Tensor) -> Tensor:
+    """The actions evaluation, videos and exported policies play: the module's deterministic actions,
+    clipped to the bounds of a Box action space (PPO's Gaussian mean is unbounded), or discrete ones as
+    the env takes them (``Discrete.start``, ``MultiBinary`` bits as integers)."""
+    actions = module(obs, deterministic=True)
+    if hasattr(module, "action_low"):
+        return torch.clamp(actions, module.action_low, module.action_high)
+    return to_env_actions_tensor(module.action_space, actions)

@@ -2,8 +2,10 @@
 inside a function (the usual way to dodge an import cycle). docs/architecture.md draws the layers."""
 
 import ast
+import re
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rl_lightning"
@@ -11,9 +13,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_lightning"
 # Each layer may import the layers below it (and modules of its own layer's package).
 LAYERS = [
     {"errors"},
-    {"envs", "networks", "cuda_graphs"},
+    {"envs", "networks", "cuda_graphs", "optim"},
     {"data", "config", "exploration"},
-    {"evaluation", "export", "checkpointing"},
+    {"evaluation", "export", "checkpointing", "training_log"},
     {"callbacks", "plotting"},  # use an algorithm through its public methods, never import one
     {"algorithms"},
     {"tune"},  # rl-lightning tune: fits through a function the CLI passes in
@@ -66,3 +68,39 @@ def test_no_package_import_inside_a_function(path):
     functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
     local = sorted({node.lineno for f in functions for _, node in imported_components(f)})
     assert not local, f"rl_lightning imported inside a function at lines {local}"
+
+
+def test_no_module_outside_envs_branches_on_an_env_backend():
+    """One env-backend interface: what differs between gymnasium, torch and envpool envs is decided in
+    ``envs/`` (``make_vector_env``, ``steps_on_device``, ``eval_env_config``, ``frame_stack``), so a new
+    backend touches only ``envs/``."""
+    pattern = re.compile(
+        r"backend\s*(==|!=|\bin\b|\bnot in\b)\s*[\"'(]|isinstance\([^)]*(TorchVectorEnv|EnvpoolVectorEnv)|is_atari\("
+    )
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in MODULES
+        if component(path) != "envs"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not offenders, offenders
+
+
+def test_every_algorithm_builds_an_experience_side_on_the_one_protocol():
+    from rl_lightning import EnvConfig
+    from rl_lightning.data.experience import ExperienceSide
+    from tests.helpers import ALGORITHMS
+
+    for cls in ALGORITHMS:
+        env = "CartPole-v1" if gym.spaces.Discrete in cls.action_spaces else "Pendulum-v1"
+        model = cls(env=EnvConfig(env, num_envs=1))
+        model.build_for_env()
+        assert isinstance(model.experience, ExperienceSide), cls.__name__
+
+
+def test_the_base_class_reads_no_algorithm_hyperparameter_by_name():
+    source = (PACKAGE / "algorithms" / "base.py").read_text()
+    assert not re.findall(r"hparams(\.get\(|\[|\.)\s*[\"']?\w", source.replace("self.hparams)", "")), (
+        "RLModule must not read an algorithm's hyperparameters (hparams.x / hparams.get('x'))"
+    )

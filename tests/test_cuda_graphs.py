@@ -10,7 +10,7 @@ import torch
 from rl_lightning.callbacks import CUDAGraphs
 from rl_lightning.cuda_graphs import GraphedUpdate
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.utils import make_adam
+from rl_lightning.optim import make_adam
 from tests.test_cli import ROOT, TINY_RUN, cli
 from tests.test_golden import _run, assert_matches_golden
 
@@ -98,7 +98,7 @@ def test_on_policy_collection_acts_through_the_graphed_policy_except_with_gsde()
             **kwargs,
         )
         quick_trainer(callbacks=[CUDAGraphs()]).fit(model)
-        return {name: g.eager_calls for name, g in model._graphed.items()}
+        return {name: g.eager_calls for name, g in model.graphs.graphed.items()}
 
     assert fit() == {"act": 2 * 16, "minibatch_update": 2 * 2}  # 2 rollouts of 16 vector steps
     assert "act" not in fit(env_id="Pendulum-v1", use_sde=True)
@@ -129,9 +129,9 @@ def test_torch_env_rollouts_run_each_vector_step_through_one_graphed_step_in_pla
 
     class Collector(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, *args):
-            seen.append(pl_module.rollouts.collector)
+            seen.append(pl_module.experience.collector)
 
     quick_trainer(callbacks=[CUDAGraphs(), Collector()]).fit(model)
     _, step = seen[-1]._graphed_step
     assert step.eager_calls == 3 * 8 and step.generators == [seen[-1].envs.generator]  # CPU: eager
-    assert "act" not in model._graphed  # the whole step is graphed, the policy's act inside it
+    assert "act" not in model.graphs.graphed  # the whole step is graphed, the policy's act inside it

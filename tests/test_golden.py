@@ -91,7 +91,7 @@ def _run(name: str, callbacks: list[L.Callback] | None = None) -> dict[str, Any]
     model = CASES[name]()
     trainer = quick_trainer(callbacks=callbacks)
     trainer.fit(model)
-    replay = model.replay.buffer if model.replay is not None else None
+    replay = getattr(model.experience, "buffer", None)  # off-policy: the replay buffer
     result = {
         "state": [t.detach().clone() for t in model.state_dict().values()],
         "names": list(model.state_dict()),

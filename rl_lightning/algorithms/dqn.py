@@ -38,15 +38,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rl_lightning.algorithms.base import RLModule, linear_schedule
+from rl_lightning.algorithms.base import RLModule
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayBatch, ReplayConfig
-from rl_lightning.envs.atari import FRAME_STACK, is_atari
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.mlp import Activation, check_mlp_args
 from rl_lightning.networks.q_networks import QNetwork
 from rl_lightning.networks.utils import polyak_update
+from rl_lightning.optim import linear_schedule
 
 
 def dqn_target(
@@ -156,13 +156,16 @@ class DQN(RLModule):
         hp = self.hparams
         self.q_net = QNetwork(observation_space, action_space, hp.hidden_sizes, hp.activation, hp.dueling)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+
+    def build_experience(self) -> Replay:
+        hp = self.hparams
         self.replay = Replay(
             self.replay_config,
             n_step=hp.n_step,
             gamma=hp.gamma,
-            frame_stack=FRAME_STACK if is_atari(self.env_config.env_id) else 1,
             prioritized_alpha=hp.prioritized_replay_alpha if hp.prioritized_replay else None,
         )
+        return self.replay
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

@@ -193,7 +193,10 @@ class PPO(RLModule):
             sde_sample_freq=hp.sde_sample_freq if hp.use_sde else None,
         )
         self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
-        self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
+
+    def build_experience(self) -> Rollouts:
+        hp = self.hparams  # gSDE redraws its exploration matrices from Python: its acting is not graphed
+        return Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms, graph_act=not hp.use_sde)
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

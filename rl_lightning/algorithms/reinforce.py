@@ -129,7 +129,9 @@ class REINFORCE(RLModule):
         hp = self.hparams
         self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, critic=hp.baseline)
         self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
-        self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
+
+    def build_experience(self) -> Rollouts:
+        return Rollouts(self.hparams.num_steps, self.hparams.gamma, self.obs_rms, self.return_rms)
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

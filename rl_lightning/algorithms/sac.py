@@ -146,7 +146,10 @@ class SAC(RLModule):
         self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=2, activation=hp.activation)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.target_entropy = float(-act_dim if hp.target_entropy is None else hp.target_entropy)
-        self.replay = Replay(self.replay_config, gamma=hp.gamma, normalized_actions=True)
+
+    def build_experience(self) -> Replay:
+        self.replay = Replay(self.replay_config, gamma=self.hparams.gamma, normalized_actions=True)
+        return self.replay
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

@@ -137,8 +137,13 @@ class TD3(RLModule):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         # A stateful noise process (None for i.i.d. Gaussian noise): buffers, so in checkpoints.
         self.noise = action_noise(hp.noise_type, self.env_config.num_envs, act_dim, hp.exploration_noise)
-        on_episode_end = self.noise.reset if self.noise is not None else None
-        self.replay = Replay(self.replay_config, gamma=hp.gamma, normalized_actions=True, on_episode_end=on_episode_end)
+
+    def build_experience(self) -> Replay:
+        on_episode_end = self.noise.reset if self.noise is not None else None  # a new noise process per episode
+        self.replay = Replay(
+            self.replay_config, gamma=self.hparams.gamma, normalized_actions=True, on_episode_end=on_episode_end
+        )
+        return self.replay
 
     # ----------------------------------------------------------------------------------- acting
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:

@@ -1,4 +1,5 @@
-from rl_lightning.data.dataset import ExperienceDataset
+from rl_lightning.data.dataset import StepPacer
+from rl_lightning.data.experience import ExperienceSide
 from rl_lightning.data.replay import (
     PrioritizedReplayBuffer,
     ReplayBatch,
@@ -9,13 +10,14 @@ from rl_lightning.data.replay import (
 from rl_lightning.data.rollout import RolloutBatch, RolloutCollector, gae
 
 __all__ = [
-    "ExperienceDataset",
+    "ExperienceSide",
     "PrioritizedReplayBuffer",
     "ReplayBatch",
     "ReplayBuffer",
     "ReplayCollector",
     "RolloutBatch",
     "RolloutCollector",
+    "StepPacer",
     "gae",
     "n_step_return",
 ]

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from torch.utils.data import IterableDataset
 
 # Lightning warns at every fit that an IterableDataset with a length may be wrong with several loader
-# workers. The length is deliberate here (see ExperienceDataset) and there is always one worker.
+# workers. The length is deliberate here (see StepPacer) and there is always one worker.
 warnings.filterwarnings("ignore", message=r".*IterableDataset. has .__len__. defined", category=UserWarning)
 
 
-class ExperienceDataset(IterableDataset):
+class StepPacer(IterableDataset):
     """Paces Lightning's training steps: yields, for each training step of an epoch, how many
     collect-then-update iterations it runs (a rollout and its update, or a collection phase and its
     gradient steps). The training step collects the experience itself, with the current policy, so

@@ -37,6 +37,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.envs.make import EpisodeLog
 from rl_lightning.envs.spaces import to_env_actions
 from rl_lightning.errors import check
@@ -590,7 +591,7 @@ CONTINUOUS_CONTROL_REPLAY = ReplayConfig(
 
 
 class Replay:
-    """The replay side of DQN, SAC, TD3 and DDPG: the buffer, the warm-up with random actions,
+    """The replay side of DQN, SAC, TD3 and DDPG (an ``ExperienceSide``): the buffer, the warm-up with random actions,
     collection phases, sampling and the buffer's state in checkpoints.
 
     Built with the networks (no env needed). The first collection starts it on the rank's envs: the
@@ -604,7 +605,8 @@ class Replay:
         config: Sizes and rhythm (``ReplayConfig``).
         n_step: Steps summed into each sampled return.
         gamma: Discount of the n-step returns.
-        frame_stack: Stacked frames of image observations (stored once each; see ``ReplayBuffer``).
+        frame_stack: Stacked frames of image observations (stored once each; see ``ReplayBuffer``);
+            ``None``: as the envs stack them (``make_vector_env``'s ``frame_stack``).
         prioritized_alpha: Proportional prioritized replay with this exponent; ``None``: uniform.
         normalized_actions: Box actions in ``[-1, 1]`` inside, rescaled to the env's bounds on their way
             to it (see ``ReplayCollector``).
@@ -616,7 +618,7 @@ class Replay:
         config: ReplayConfig,
         n_step: int = 1,
         gamma: float = 0.99,
-        frame_stack: int = 1,
+        frame_stack: int | None = None,
         prioritized_alpha: float | None = None,
         normalized_actions: bool = False,
         on_episode_end: Callable[[np.ndarray], None] | None = None,
@@ -630,13 +632,16 @@ class Replay:
         self.collector: ReplayCollector | None = None
         self.device = torch.device("cpu")  # where sampled batches go: the module's device
         self.warmup_until = 0  # vector steps of random actions before the first phase's own
+        self.vector_steps = 0  # taken by the last phase
         self._pending_state: dict[str, Any] | None = None
 
     @property
     def started(self) -> bool:
         return self.collector is not None
 
-    def start(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int) -> None:
+    def start(
+        self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int, graphs: UpdateGraphs
+    ) -> None:
         self.device = device
         if self.buffer is None:
             self.buffer = self._make_buffer(envs, seed)
@@ -655,6 +660,8 @@ class Replay:
         device = torch.device("cpu") if cfg.buffer_on_cpu else self.device
         spaces = envs.single_observation_space, envs.single_action_space  # as stored: flat where structured
         kwargs = dict(self.buffer_kwargs, device=device, seed=seed)
+        if kwargs["frame_stack"] is None:
+            kwargs["frame_stack"] = getattr(envs, "frame_stack", 1)
         if self.prioritized_alpha is None:
             buffer = ReplayBuffer(cfg.buffer_size, envs.num_envs, *spaces, **kwargs)
         else:
@@ -673,12 +680,12 @@ class Replay:
     def stop(self) -> None:
         self.collector = None
 
-    def collect(self, act: Callable[[Tensor], Tensor]) -> tuple[None, int]:
-        """One phase: ``train_freq`` vector steps with ``act(obs) -> actions`` (obs on the buffer's
-        device), preceded by the random warm-up while the buffer holds fewer than ``learning_starts``
-        env steps. Returns the vector steps taken."""
+    def collect(self, act: Callable[[Tensor], Tensor]) -> None:
+        """One phase into the buffer: ``train_freq`` vector steps with ``act(obs) -> actions`` (obs on the
+        buffer's device), preceded by the random warm-up while the buffer holds fewer than
+        ``learning_starts`` env steps (``vector_steps`` counts both)."""
         assert self.collector is not None, "start() first"
-        return None, self.collector.collect(act, self.config.train_freq, self.warmup_until)
+        self.vector_steps = self.collector.collect(act, self.config.train_freq, self.warmup_until)
 
     def sample(self, batch_size: int | None = None, beta: float = 0.4) -> ReplayBatch:
         """A minibatch (``batch_size`` rows, default the config's) on the module's device;
@@ -700,7 +707,8 @@ class Replay:
         return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
 
     def state_dict(self) -> dict[str, Any] | None:
-        return self.buffer.state_dict() if self.buffer is not None else None
+        """The buffer's state where checkpoints keep it (``save_replay_buffer``), else ``None``."""
+        return self.buffer.state_dict() if self.buffer is not None and self.config.save_replay_buffer else None
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.buffer is not None:

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.cuda_graphs import GraphedUpdate
-from rl_lightning.envs.make import EpisodeLog, episode_stats
+from rl_lightning.cuda_graphs import GraphedUpdate, UpdateGraphs
+from rl_lightning.envs.make import EpisodeLog, episode_stats, steps_on_device
 from rl_lightning.envs.normalize import RunningMeanStd
 from rl_lightning.envs.spaces import action_dtype, action_shape, to_env_actions
-from rl_lightning.envs.torch import TorchVectorEnv
 
 
 class Rollout(NamedTuple):
@@ -192,7 +191,7 @@ class RolloutCollector:
         self.num_steps = num_steps
         self.device = device
         self.obs_rms, self.return_rms, self.gamma = obs_rms, return_rms, gamma
-        self.on_device = isinstance(envs, TorchVectorEnv)
+        self.on_device = steps_on_device(envs)
         n, obs_space, act_space = envs.num_envs, envs.single_observation_space, envs.single_action_space
         obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 and obs_rms is None else torch.float32
         self.obs = torch.zeros((num_steps, n, *obs_space.shape), dtype=obs_dtype, device=device)
@@ -343,17 +342,31 @@ class RolloutCollector:
         self.episodes.add(self.ended_returns[self.ended].cpu().numpy(), self.ended_lengths[self.ended].cpu().numpy())
 
 
+class GraphedPolicy(NamedTuple):
+    """A ``Policy`` whose ``act`` is a ``GraphedUpdate`` (its outputs are valid until the next call:
+    the collectors copy them at once)."""
+
+    act: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]
+    value: Callable[[Tensor], Tensor]
+
+
 class Rollouts:
-    """The rollout side of PPO, A2C and REINFORCE: what one rollout is and, once started on a rank's
-    envs, the ``RolloutCollector`` that steps them. Built with the networks (no env needed); started
-    by the module's first collection, after a checkpoint has been restored and the module moved to its
-    device, since the storage lives there and the envs' first seed depends on the restored env step.
+    """The rollout side of PPO, A2C and REINFORCE (an ``ExperienceSide``): what one rollout is and,
+    once started on a rank's envs, the ``RolloutCollector`` that steps them. Built with the networks
+    (no env needed); started by the module's first collection, after a checkpoint has been restored and
+    the module moved to its device, since the storage lives there and the envs' first seed depends on
+    the restored env step. Checkpoints keep nothing of it (a rollout is used up by its update).
+
+    With CUDA graphs on (the module's ``UpdateGraphs``), the policy's acting forward is captured as one
+    graph (``graph_act``: off where acting draws from Python, as gSDE's exploration matrices), or, with
+    torch envs, each whole vector step (policy, env, storage) is.
 
     Args:
         num_steps: Vector steps per rollout.
         gamma: Discount of the return whose standard deviation scales rewards (``return_rms``).
         obs_rms: Observation statistics to normalize with (module buffers), or None.
         return_rms: Discounted-return statistics to scale rewards with (module buffers), or None.
+        graph_act: With CUDA graphs, capture the policy's ``act`` too.
     """
 
     def __init__(
@@ -362,28 +375,44 @@ class Rollouts:
         gamma: float,
         obs_rms: RunningMeanStd | None = None,
         return_rms: RunningMeanStd | None = None,
+        graph_act: bool = True,
     ) -> None:
         self.num_steps, self.gamma = num_steps, gamma
         self.obs_rms, self.return_rms = obs_rms, return_rms
+        self.graph_act = graph_act
         self.collector: RolloutCollector | None = None
-        self.cuda_graphs = False  # set by the module: torch envs' vector steps as CUDA graphs
+        self.graphs: UpdateGraphs | None = None
+        self.vector_steps = 0
 
     @property
     def started(self) -> bool:
         return self.collector is not None
 
-    def start(self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int) -> None:
+    def start(
+        self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int, graphs: UpdateGraphs
+    ) -> None:
+        self.graphs = graphs
         self.collector = RolloutCollector(
-            envs, self.num_steps, device, seed, self.obs_rms, self.return_rms, self.gamma, self.cuda_graphs
+            envs, self.num_steps, device, seed, self.obs_rms, self.return_rms, self.gamma, graphs.enabled
         )
 
     def stop(self) -> None:
         self.collector = None
 
-    def collect(self, policy: Policy) -> tuple[Rollout, int]:
-        """One rollout of ``policy``, and the vector steps it took."""
-        assert self.collector is not None, "start() first"
-        return self.collector.rollout(policy), self.num_steps
+    def collect(self, policy: Policy) -> Rollout:
+        """One rollout of ``policy``."""
+        assert self.collector is not None and self.graphs is not None, "start() first"
+        self.collector.graphs = self.graphs.enabled  # torch envs: whole vector steps as graphs
+        if self.graphs.enabled and self.graph_act and not self.collector.on_device:
+            policy = GraphedPolicy(self.graphs.graphed_fn(policy.act, "act"), policy.value)
+        self.vector_steps = self.num_steps
+        return self.collector.rollout(policy)
 
     def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
         return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
+
+    def state_dict(self) -> None:
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

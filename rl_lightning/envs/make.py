@@ -32,6 +32,8 @@ when ``training=False`` (evaluation).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import difflib
 import functools
 import importlib
@@ -42,9 +44,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
+from rl_lightning.envs.atari import FRAME_STACK, is_atari, make_atari_env, register_ale
 from rl_lightning.envs.envpool_backend import EnvpoolVectorEnv, envpool_task
-from rl_lightning.envs.torch import make_torch_env
+from rl_lightning.envs.torch import TorchVectorEnv, make_torch_env
 from rl_lightning.errors import ConfigError
 
 
@@ -213,16 +215,19 @@ def make_vector_env(
             )
         envs = EnvpoolVectorEnv(config.env_id, n, config.env_kwargs, training=training)
         envs.structured_observation_space = envs.single_observation_space
+        envs.frame_stack = FRAME_STACK if envs.atari else 1  # envpool stacks Atari frames itself
         return envs
     if config.backend == "torch":
         if render_mode is not None:
             raise ConfigError("The torch backend does not render; use env.backend=gymnasium to record videos.")
         envs = make_torch_env(config.env_id, n, device=device, **config.env_kwargs)
         envs.structured_observation_space = envs.single_observation_space
+        envs.frame_stack = 1
         return envs
     make = functools.partial(_make_env, config, render_mode, training)
     probe = make()  # the errors of a bad config here, in this process; and the space before flattening
     structured = probe.env.observation_space if isinstance(probe, gym.wrappers.FlattenObservation) else None
+    frame_stack = _frame_stack(probe)
     probe.close()
     mode = gym.vector.AutoresetMode.SAME_STEP
     if config.vectorization == "async":
@@ -230,7 +235,59 @@ def make_vector_env(
     else:
         envs = gym.vector.SyncVectorEnv([make] * n, autoreset_mode=mode)
     envs.structured_observation_space = structured or envs.single_observation_space
+    envs.frame_stack = frame_stack
     return envs
+
+
+def _frame_stack(env: gym.Env) -> int:
+    """``k`` where the observations are ``k`` stacked frames, the newest last (gymnasium's
+    ``FrameStackObservation`` outermost among the wrappers that change observations: Atari's, or one
+    from ``env.wrappers``), else 1. A replay buffer then stores each frame once."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.FrameStackObservation):
+            return int(env.stack_size)
+        if isinstance(env, gym.ObservationWrapper):
+            return 1
+        env = env.env
+    return 1
+
+
+def backend_tag(backend: str | None) -> str:
+    """A backend's part of a run's name: none for the default (gymnasium), else ``_torch``, ``_envpool``."""
+    return f"_{backend}" if backend not in (None, EnvConfig.backend) else ""
+
+
+def steps_on_device(envs: gym.vector.VectorEnv) -> bool:
+    """Whether ``envs`` take and return tensors on their device (the torch backend): a collector then
+    keeps everything there, with no host copy per step."""
+    return isinstance(envs, TorchVectorEnv)
+
+
+def env_spaces(config: EnvConfig) -> tuple[gym.Space, gym.Space]:
+    """The observation space (structured, before flattening) and action space of one sub-env, read from
+    an env made once for it."""
+    envs = make_vector_env(config, num_envs=1)
+    try:
+        return envs.structured_observation_space, envs.single_action_space
+    finally:
+        envs.close()
+
+
+def remake_vector_env(
+    envs: gym.vector.VectorEnv, config: EnvConfig, device: torch.device | str
+) -> gym.vector.VectorEnv:
+    """Close ``envs`` after a failure (a dead async worker's pipe fails to close cleanly: its workers are
+    terminated) and make them anew (``env.restart_on_failure``)."""
+    with contextlib.suppress(Exception):
+        envs.close(terminate=True) if isinstance(envs, gym.vector.AsyncVectorEnv) else envs.close()
+    return make_vector_env(config, device=device)
+
+
+def eval_env_config(config: EnvConfig, render_mode: str | None) -> EnvConfig:
+    """The env config evaluation plays: the training env's backend, or gymnasium's env when training on the
+    torch backend (its evaluation plays the reference implementation) or to render (envpool does not)."""
+    backend = "gymnasium" if config.backend == "torch" or render_mode else config.backend
+    return dataclasses.replace(config, backend=backend)
 
 
 def episode_stats(infos: dict[str, Any]) -> tuple[Any, Any, Any] | None:

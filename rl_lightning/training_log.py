@@ -1,0 +1,52 @@
+"""What a training step logs besides its losses: episode statistics and throughput, against env steps."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def log_training(module: Any, metrics: dict[str, Tensor | float], episodes: tuple[np.ndarray, np.ndarray]) -> None:
+    """Log a training step's ``metrics``, the training ``episodes`` (returns, lengths) that ended since
+    the last call and the env steps per second since then, against env steps (the x-axis in
+    TensorBoard, Lightning's ``step``). Under DDP, one all-reduce: metrics become means over ranks,
+    episode statistics means over all ranks' episodes. Two ``log_dict`` calls in all: each ``self.log``
+    costs about as much as a small optimizer step."""
+    now = time.perf_counter()
+    elapsed = max(now - module._last_time, 1e-9)
+    metrics["time/env_steps_per_second"] = (module.env_steps - module._last_env_steps) / elapsed
+    module._last_time, module._last_env_steps = now, module.env_steps
+    returns, lengths = episodes
+    totals = [float(returns.sum()), float(lengths.sum()), float(len(returns))]
+    world_size = module.trainer.world_size
+    if world_size > 1:
+        keys = list(metrics)
+        local = [torch.as_tensor(metrics[k], dtype=torch.float32, device=module.device).reshape(1) for k in keys]
+        local.append(torch.tensor(totals, dtype=torch.float32, device=module.device))
+        total = module.trainer.strategy.reduce(torch.cat(local), reduce_op="sum")
+        metrics = dict(zip(keys, (total[: len(keys)] / world_size).unbind(), strict=True))
+        totals = total[len(keys) :].tolist()
+    if module.env_config.restart_on_failure:
+        metrics["rollout/env_restarts"] = float(module.env_restarts)  # a mean over ranks under DDP
+    if totals[2] > 0:
+        metrics["rollout/episode_return"] = totals[0] / totals[2]
+        metrics["rollout/episode_length"] = totals[1] / totals[2]
+    metrics["time/env_steps"] = metrics["step"] = float(module.env_steps)  # "step": Lightning's x-axis
+    module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
+    progress = {"env_steps": float(module.env_steps), "steps/s": metrics["time/env_steps_per_second"]}
+    if totals[2] > 0:
+        progress["return"] = metrics["rollout/episode_return"]
+    module.log_dict(progress, prog_bar=True, logger=False, batch_size=1)
+
+
+def should_log(trainer: Any) -> bool:
+    """True on the training steps whose metrics reach the logger (``Trainer(log_every_n_steps)``): each
+    ``self.log`` costs about as much as a small optimizer step, so the others skip it."""
+    every = trainer.log_every_n_steps
+    # The loop's count of steps that reached the logger, Lightning's own rule for log_every_n_steps; no
+    # public API exposes it (tests/test_lightning_private.py fails if it is renamed).
+    return every > 0 and (trainer.fit_loop.epoch_loop._batches_that_stepped + 1) % every == 0
