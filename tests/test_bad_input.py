@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rl_lightning import A2C, DQN, PPO, REINFORCE, EnvConfig
+from rl_lightning import A2C, DQN, PPO, REINFORCE, EnvConfig, RunConfig
 from rl_lightning.cli import main
+from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.errors import ConfigError
 from rl_lightning.validation import (
     at_least,
@@ -231,6 +232,24 @@ def test_validators_pass_good_values_and_name_the_argument_and_value_of_a_bad_on
         validate(value)
     with pytest.raises(ConfigError, match=message):
         validate(bad)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (lambda: RunConfig(0, 10, 1).check(), "run.total_env_steps must be >= 1, got 0"),
+        (lambda: RunConfig(10, 10, 0).check(), "run.eval_episodes must be >= 1, got 0"),
+        (lambda: EnvConfig(num_envs=0).check(), "env.num_envs must be >= 1, got 0"),
+        (lambda: EnvConfig(vectorization="threads").check(), "env.vectorization must be 'sync' or 'async'"),
+        (lambda: ReplayConfig(8, 4, 0, 0, 1, 1).check(100), "replay.train_freq must be >= 1, got 0"),
+    ],
+)
+def test_each_config_checks_itself(config, message):
+    RunConfig(1, 1, 1).check()
+    EnvConfig().check()
+    ReplayConfig(8, 4, 0, 1, 1, 1).check(100)
+    with pytest.raises(ConfigError, match=message):
+        config()
 
 
 @pytest.mark.parametrize(
