@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
+from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import Rollouts, episode_batch
 from rl_lightning.envs.make import EnvConfig
@@ -130,9 +131,7 @@ class REINFORCE(RLModule):
         self.rollouts = Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms)
 
     # ----------------------------------------------------------------------------------- acting
-    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        """Actions for raw observations: the mode of the policy, or a sample."""
-        return self.agent(obs if self.obs_rms is None else self.obs_rms.normalize(obs), deterministic)
+    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
