@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import torch
 
 from rl_lightning.errors import ConfigError
+from rl_lightning.validation import at_least
 
 ConfigT = TypeVar("ConfigT")
 
@@ -31,6 +32,12 @@ class RunConfig:
     total_env_steps: int | None = None
     env_steps_per_epoch: int | None = None
     eval_episodes: int | None = None
+
+    def check(self) -> None:
+        """``ConfigError`` naming the field and its value (each field is a count of at least 1); for a config
+        with its defaults filled in (``resolve_config``)."""
+        for f in dataclasses.fields(self):
+            at_least(f"run.{f.name}", getattr(self, f.name), 1)
 
 
 DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)

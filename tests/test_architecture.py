@@ -13,6 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_lightning"
 # Each layer may import the layers below it (and modules of its own layer's package).
 LAYERS = [
     {"errors"},
+    {"validation"},  # the validators of arguments and config fields, which every layer above uses
     {"envs", "networks", "cuda_graphs", "optim"},
     {"data", "config", "exploration"},
     {"evaluation", "export", "checkpointing", "training_log"},

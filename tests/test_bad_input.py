@@ -7,9 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from rl_lightning import A2C, DQN, PPO, EnvConfig
+from rl_lightning import A2C, DQN, PPO, REINFORCE, EnvConfig, RunConfig
 from rl_lightning.cli import main
+from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.errors import ConfigError
+from rl_lightning.validation import (
+    at_least,
+    at_least_or,
+    fraction,
+    mlp_args,
+    non_negative,
+    one_of,
+    positive,
+    positive_fraction,
+    positive_or_none,
+)
 from tests.helpers import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,3 +210,58 @@ def test_python_api_checks_what_the_cli_parser_cannot(make, pattern):
     """Without the CLI's typed parsing, the module's own checks catch these (before any env exists)."""
     with pytest.raises(ConfigError, match=pattern):
         make()
+
+
+@pytest.mark.parametrize(
+    ("validate", "good", "bad", "message"),
+    [
+        (lambda v: positive("lr", v), (1e-9, 3), 0, "lr must be > 0, got 0"),
+        (lambda v: non_negative("c", v), (0, 2.5), -0.5, "c must be >= 0, got -0.5"),
+        (lambda v: at_least("run.n", v, 1), (1, 10), 0, "run.n must be >= 1, got 0"),
+        (lambda v: positive_or_none("kl", v), (None, 0.1), 0, "kl must be > 0 or None, got 0"),
+        (lambda v: at_least_or("freq", v, 1, -1), (-1, 1, 8), 0, "freq must be -1 or >= 1, got 0"),
+        (lambda v: fraction("lam", v), (0, 0.5, 1), 1.5, r"lam must be in \[0, 1\], got 1.5"),
+        (lambda v: positive_fraction("gamma", v), (1e-3, 1), 0, r"gamma must be in \(0, 1\], got 0"),
+        (lambda v: one_of("opt", v, ("a", "b", "c")), ("a", "c"), "d", "opt must be 'a', 'b' or 'c', got 'd'"),
+        (lambda v: mlp_args(v, "relu"), ((), (1, 64)), (64, 0), r"hidden_sizes must be positive, got \[64, 0\]"),
+        (lambda v: mlp_args((64,), v), ("tanh", "silu"), "sigmoid", "activation must be 'tanh', .* got 'sigmoid'"),
+    ],
+)
+def test_validators_pass_good_values_and_name_the_argument_and_value_of_a_bad_one(validate, good, bad, message):
+    for value in good:
+        validate(value)
+    with pytest.raises(ConfigError, match=message):
+        validate(bad)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (lambda: RunConfig(0, 10, 1).check(), "run.total_env_steps must be >= 1, got 0"),
+        (lambda: RunConfig(10, 10, 0).check(), "run.eval_episodes must be >= 1, got 0"),
+        (lambda: EnvConfig(num_envs=0).check(), "env.num_envs must be >= 1, got 0"),
+        (lambda: EnvConfig(vectorization="threads").check(), "env.vectorization must be 'sync' or 'async'"),
+        (lambda: ReplayConfig(8, 4, 0, 0, 1, 1).check(100), "replay.train_freq must be >= 1, got 0"),
+    ],
+)
+def test_each_config_checks_itself(config, message):
+    RunConfig(1, 1, 1).check()
+    EnvConfig().check()
+    ReplayConfig(8, 4, 0, 1, 1, 1).check(100)
+    with pytest.raises(ConfigError, match=message):
+        config()
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kw", "message"),
+    [
+        (A2C, {"vf_coef": -1.0}, "vf_coef must be >= 0, got -1.0"),  # A2C shares PPO's loss checks
+        (A2C, {"ent_coef": -0.01}, "ent_coef must be >= 0, got -0.01"),
+        (A2C, {"max_grad_norm": 0.0}, "max_grad_norm must be > 0, got 0.0"),
+        (REINFORCE, {"vf_coef": -0.5}, "vf_coef must be >= 0, got -0.5"),
+        (REINFORCE, {"num_steps": 0}, "num_steps must be >= 1, got 0"),
+    ],
+)
+def test_on_policy_algorithms_share_their_checks(algorithm, kw, message):
+    with pytest.raises(ConfigError, match=message):
+        build(algorithm, EnvConfig("CartPole-v1"), **kw)

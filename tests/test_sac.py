@@ -207,7 +207,7 @@ def test_discrete_actions_fail_at_once_naming_the_space():
         (dict(learning_starts=1000), r"replay.learning_starts must be in \[0, total_env_steps=300\], got 1000"),
         (dict(ent_coef=-0.1), "ent_coef must be 'auto' or a number > 0, got -0.1"),
         (dict(gradient_steps=0), "gradient_steps must be >= 1, got 0"),
-        (dict(activation="sigmoidd"), "activation must be one of"),
+        (dict(activation="sigmoidd"), "activation must be 'tanh', 'relu', 'elu' or 'silu', got 'sigmoidd'"),
     ],
 )
 def test_invalid_hyperparameters_fail_at_construction(kw, msg):

@@ -25,13 +25,14 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
+from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.envs.normalize import normalizers
-from rl_lightning.errors import check
-from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.validation import actor_critic_loss_args, at_least, on_policy_args, one_of
 
 
 class A2CLoss(NamedTuple):
@@ -114,13 +115,10 @@ class A2C(RLModule):
         super().__init__(env, run)
         self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
         self.iterations_per_step = rollouts_per_step
-        check_mlp_args(hidden_sizes, activation)
-        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
-        check(0 <= gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {gae_lambda}.")
-        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
-        for name, value in (("num_steps", num_steps), ("rollouts_per_step", rollouts_per_step)):
-            check(value >= 1, f"{name} must be >= 1, got {value}.")
-        check(optimizer in ("rmsprop", "adam"), f"optimizer must be 'rmsprop' or 'adam', got {optimizer!r}.")
+        on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
+        actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
+        at_least("rollouts_per_step", rollouts_per_step, 1)
+        one_of("optimizer", optimizer, ("rmsprop", "adam"))
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
@@ -131,9 +129,7 @@ class A2C(RLModule):
         return Rollouts(self.hparams.num_steps, self.hparams.gamma, self.obs_rms, self.return_rms)
 
     # ----------------------------------------------------------------------------------- acting
-    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        """Actions for raw observations: the mode of the policy, or a sample."""
-        return self.agent(obs if self.obs_rms is None else self.obs_rms.normalize(obs), deterministic)
+    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:

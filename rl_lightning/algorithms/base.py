@@ -54,7 +54,7 @@ from rl_lightning.data.experience import ExperienceSide, collect_from
 from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.data.rollout import Policy, Rollout
 from rl_lightning.envs.make import EnvConfig, check_env_id, env_spaces, make_vector_env
-from rl_lightning.errors import ConfigError, check
+from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import env_actions, eval_seeds, log_evaluation, play_episodes
 from rl_lightning.export import export_policy
 from rl_lightning.networks.encoders import has_images
@@ -105,18 +105,8 @@ class RLModule(L.LightningModule):
         self.experience: ExperienceSide[Any] | None = None  # build_experience, with the networks
         self.eval_return = MeanMetric()
         self.eval_length = MeanMetric()
-        for name in ("total_env_steps", "env_steps_per_epoch", "eval_episodes"):
-            check(getattr(self, name) >= 1, f"run.{name} must be >= 1, got {getattr(self, name)}.")
-        cfg = self.env_config
-        check(cfg.num_envs >= 1, f"env.num_envs must be >= 1, got {cfg.num_envs}.")
-        check(
-            cfg.vectorization in ("sync", "async"),
-            f"env.vectorization must be 'sync' or 'async', got {cfg.vectorization!r}.",
-        )
-        check(
-            cfg.backend in ("gymnasium", "torch", "envpool"),
-            f"env.backend must be 'gymnasium', 'torch' or 'envpool', got {cfg.backend!r}.",
-        )
+        self.run_config.check()
+        self.env_config.check()
 
     def configure_replay(self, replay: ReplayConfig | dict | None) -> None:
         """For an off-policy algorithm's ``__init__``: its replay config, resolved and checked; an

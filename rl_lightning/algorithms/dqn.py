@@ -42,11 +42,11 @@ from rl_lightning.algorithms.base import RLModule
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayBatch, ReplayConfig
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.errors import check
-from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.q_networks import QNetwork
 from rl_lightning.networks.utils import polyak_update
 from rl_lightning.optim import linear_schedule
+from rl_lightning.validation import at_least, fraction, non_negative, off_policy_args, one_of, positive_or_none
 
 
 def dqn_target(
@@ -139,18 +139,14 @@ class DQN(RLModule):
         super().__init__(env, run)
         self.configure_replay(replay)
         self.epsilon = start_e
-        check_mlp_args(hidden_sizes, activation)
-        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
-        check(0 < tau <= 1, f"tau must be in (0, 1], got {tau}.")
-        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
-        for name, value in (("target_network_frequency", target_network_frequency), ("n_step", n_step)):
-            check(value >= 1, f"{name} must be >= 1, got {value}.")
+        off_policy_args(learning_rate, gamma, tau, hidden_sizes, activation)
+        at_least("target_network_frequency", target_network_frequency, 1)
+        at_least("n_step", n_step, 1)
         for name in ("start_e", "end_e", "exploration_fraction", "prioritized_replay_beta"):
-            value = self.hparams[name]
-            check(0 <= value <= 1, f"{name} must be in [0, 1], got {value}.")
-        check(prioritized_replay_alpha >= 0, f"prioritized_replay_alpha must be >= 0, got {prioritized_replay_alpha}.")
-        check(loss in ("huber", "mse"), f"loss must be 'huber' or 'mse', got {loss!r}.")
-        check(max_grad_norm is None or max_grad_norm > 0, f"max_grad_norm must be > 0 or None, got {max_grad_norm}.")
+            fraction(name, self.hparams[name])
+        non_negative("prioritized_replay_alpha", prioritized_replay_alpha)
+        one_of("loss", loss, ("huber", "mse"))
+        positive_or_none("max_grad_norm", max_grad_norm)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams

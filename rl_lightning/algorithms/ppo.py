@@ -25,13 +25,22 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
+from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
-from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.validation import (
+    actor_critic_loss_args,
+    at_least,
+    at_least_or,
+    on_policy_args,
+    positive,
+    positive_or_none,
+)
 
 
 class PPOLoss(NamedTuple):
@@ -154,27 +163,13 @@ class PPO(RLModule):
         super().__init__(env, run)
         self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
         self.minibatch_size = self.env_steps_per_iteration // max(num_minibatches, 1)
-        check_mlp_args(hidden_sizes, activation)
-        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
-        check(0 <= gae_lambda <= 1, f"gae_lambda must be in [0, 1], got {gae_lambda}.")
-        for name, value in (
-            ("learning_rate", learning_rate),
-            ("clip_coef", clip_coef),
-            ("max_grad_norm", max_grad_norm),
-        ):
-            check(value > 0, f"{name} must be > 0, got {value}.")
-        for name, value in (("vf_coef", vf_coef), ("ent_coef", ent_coef)):
-            check(value >= 0, f"{name} must be >= 0, got {value}.")
-        check(target_kl is None or target_kl > 0, f"target_kl must be > 0 or null, got {target_kl}.")
-        check(
-            sde_sample_freq == -1 or sde_sample_freq >= 1, f"sde_sample_freq must be -1 or >= 1, got {sde_sample_freq}."
-        )
-        for name, value in (
-            ("num_steps", num_steps),
-            ("update_epochs", update_epochs),
-            ("num_minibatches", num_minibatches),
-        ):
-            check(value >= 1, f"{name} must be >= 1, got {value}.")
+        on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
+        actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
+        positive("clip_coef", clip_coef)
+        positive_or_none("target_kl", target_kl)
+        at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
+        at_least("update_epochs", update_epochs, 1)
+        at_least("num_minibatches", num_minibatches, 1)
         check(
             self.env_steps_per_iteration % num_minibatches == 0,
             f"num_minibatches={num_minibatches} does not divide the rollout size "
@@ -199,9 +194,7 @@ class PPO(RLModule):
         return Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms, graph_act=not hp.use_sde)
 
     # ----------------------------------------------------------------------------------- acting
-    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        """Actions for raw observations: the mode of the policy, or a sample."""
-        return self.agent(obs if self.obs_rms is None else self.obs_rms.normalize(obs), deterministic)
+    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:

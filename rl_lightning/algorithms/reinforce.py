@@ -33,13 +33,14 @@ import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
+from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import Rollouts, episode_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.envs.normalize import normalizers
-from rl_lightning.errors import check
-from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.validation import non_negative, on_policy_args, positive_or_none
 
 
 class ReinforceLoss(NamedTuple):
@@ -119,11 +120,9 @@ class REINFORCE(RLModule):
     ) -> None:
         super().__init__(env, run)
         self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
-        check_mlp_args(hidden_sizes, activation)
-        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
-        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
-        check(num_steps >= 1, f"num_steps must be >= 1, got {num_steps}.")
-        check(max_grad_norm is None or max_grad_norm > 0, f"max_grad_norm must be > 0 or None, got {max_grad_norm}.")
+        on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
+        non_negative("vf_coef", vf_coef)
+        positive_or_none("max_grad_norm", max_grad_norm)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
@@ -134,9 +133,7 @@ class REINFORCE(RLModule):
         return Rollouts(self.hparams.num_steps, self.hparams.gamma, self.obs_rms, self.return_rms)
 
     # ----------------------------------------------------------------------------------- acting
-    def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
-        """Actions for raw observations: the mode of the policy, or a sample."""
-        return self.agent(obs if self.obs_rms is None else self.obs_rms.normalize(obs), deterministic)
+    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:

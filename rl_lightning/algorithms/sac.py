@@ -39,8 +39,9 @@ from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.continuous import GSDEActor, QEnsemble, TanhGaussianActor, q_loss, to_env_units
 from rl_lightning.networks.encoders import flat_dim
-from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.utils import polyak_update
+from rl_lightning.validation import at_least_or, off_policy_args, positive
 
 
 def soft_q_target(
@@ -115,18 +116,13 @@ class SAC(RLModule):
     ) -> None:
         super().__init__(env, run)
         self.configure_replay(replay)
-        check_mlp_args(hidden_sizes, activation)
-        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
-        check(0 < tau <= 1, f"tau must be in (0, 1], got {tau}.")
-        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
+        off_policy_args(learning_rate, gamma, tau, hidden_sizes, activation)
         check(
             ent_coef == "auto" or (isinstance(ent_coef, float | int) and ent_coef > 0),
             f"ent_coef must be 'auto' or a number > 0, got {ent_coef!r}.",
         )
-        check(ent_coef_init > 0, f"ent_coef_init must be > 0, got {ent_coef_init}.")
-        check(
-            sde_sample_freq == -1 or sde_sample_freq >= 1, f"sde_sample_freq must be -1 or >= 1, got {sde_sample_freq}."
-        )
+        positive("ent_coef_init", ent_coef_init)
+        at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
         self.tune_alpha = ent_coef == "auto"
         log_alpha = torch.tensor(math.log(ent_coef_init if self.tune_alpha else float(ent_coef)))
         if self.tune_alpha:  # a parameter or a buffer: in the state_dict (and checkpoints) either way

@@ -38,12 +38,12 @@ from rl_lightning.algorithms.base import RLModule
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayConfig
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.errors import check
 from rl_lightning.exploration import NoiseType, action_noise
 from rl_lightning.networks.continuous import DeterministicActor, QEnsemble, q_loss, to_env_units
 from rl_lightning.networks.encoders import flat_dim
-from rl_lightning.networks.mlp import Activation, check_mlp_args
+from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.utils import polyak_update
+from rl_lightning.validation import at_least, non_negative, off_policy_args
 
 
 def smoothed_target_actions(next_actions: Tensor, noise: Tensor, noise_clip: float) -> Tensor:
@@ -116,17 +116,11 @@ class TD3(RLModule):
         self.policy_frequency, self.target_policy_noise = policy_frequency, target_policy_noise
         self.target_noise_clip = target_noise_clip
         self.num_updates = 0  # critic updates so far: drives the policy delay
-        check_mlp_args(hidden_sizes, activation)
-        check(0 < gamma <= 1, f"gamma must be in (0, 1], got {gamma}.")
-        check(0 < tau <= 1, f"tau must be in (0, 1], got {tau}.")
-        check(learning_rate > 0, f"learning_rate must be > 0, got {learning_rate}.")
-        check(policy_frequency >= 1, f"policy_frequency must be >= 1, got {policy_frequency}.")
-        for name, value in (
-            ("exploration_noise", exploration_noise),
-            ("target_policy_noise", target_policy_noise),
-            ("target_noise_clip", target_noise_clip),
-        ):
-            check(value >= 0, f"{name} must be >= 0, got {value}.")
+        off_policy_args(learning_rate, gamma, tau, hidden_sizes, activation)
+        at_least("policy_frequency", policy_frequency, 1)
+        non_negative("exploration_noise", exploration_noise)
+        non_negative("target_policy_noise", target_policy_noise)
+        non_negative("target_noise_clip", target_noise_clip)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams

@@ -41,6 +41,7 @@ from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.envs.make import EpisodeLog
 from rl_lightning.envs.spaces import to_env_actions
 from rl_lightning.errors import check
+from rl_lightning.validation import at_least
 
 
 class ReplayBatch(NamedTuple):
@@ -565,7 +566,7 @@ class ReplayConfig:
     def check(self, total_env_steps: int) -> None:
         """``ConfigError`` naming the argument and its value."""
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "phases_per_step"):
-            check(getattr(self, name) >= 1, f"replay.{name} must be >= 1, got {getattr(self, name)}.")
+            at_least(f"replay.{name}", getattr(self, name), 1)
         check(
             self.buffer_size >= self.batch_size,
             f"replay.buffer_size={self.buffer_size} must be >= replay.batch_size={self.batch_size}.",

@@ -48,6 +48,7 @@ from rl_lightning.envs.atari import FRAME_STACK, is_atari, make_atari_env, regis
 from rl_lightning.envs.envpool_backend import EnvpoolVectorEnv, envpool_task
 from rl_lightning.envs.torch import TorchVectorEnv, make_torch_env
 from rl_lightning.errors import ConfigError
+from rl_lightning.validation import at_least, one_of
 
 
 @dataclass
@@ -92,6 +93,12 @@ class EnvConfig:
     backend: Literal["gymnasium", "torch", "envpool"] = "gymnasium"
     wrappers: list[str | dict[str, Any]] = field(default_factory=list)
     restart_on_failure: bool = False
+
+    def check(self) -> None:
+        """``ConfigError`` naming the field and its value (the env id is checked in ``setup``: ``check_env_id``)."""
+        at_least("env.num_envs", self.num_envs, 1)
+        one_of("env.vectorization", self.vectorization, ("sync", "async"))
+        one_of("env.backend", self.backend, ("gymnasium", "torch", "envpool"))
 
 
 def check_env_id(env_id: str, backend: str = "gymnasium") -> None:

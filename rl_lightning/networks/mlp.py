@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, TypeVar, get_args
+from typing import TypeVar, get_args
 
 import torch
 from torch import Tensor, nn
 
-from rl_lightning.errors import ConfigError
+from rl_lightning.validation import Activation, mlp_args
 
 LayerT = TypeVar("LayerT", nn.Linear, nn.Conv2d)
 
-Activation = Literal["tanh", "relu", "elu", "silu"]
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 assert set(ACTIVATIONS) == set(get_args(Activation))
-
-
-def check_mlp_args(hidden_sizes: Sequence[int], activation: str) -> None:
-    """``ConfigError`` for an unknown activation or a hidden width below 1 (a zero-width layer would
-    train silently on nothing)."""
-    if activation not in ACTIVATIONS:
-        raise ConfigError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}.")
-    if not all(int(h) >= 1 for h in hidden_sizes):
-        raise ConfigError(f"hidden_sizes must be positive, got {list(hidden_sizes)}.")
 
 
 def layer_init(layer: LayerT, std: float = math.sqrt(2), bias: float = 0.0) -> LayerT:
@@ -67,7 +57,7 @@ def mlp(
     last hidden activation (a feature extractor). The output layer computes in float32 under mixed
     precision (``Float32Linear``).
     """
-    check_mlp_args(hidden_sizes, activation)
+    mlp_args(hidden_sizes, activation)
     layers: list[nn.Module] = []
     dim = in_dim
     for size in hidden_sizes:
