@@ -9,8 +9,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from rl_lightning.algorithms import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, RLModule
-from rl_lightning.config import RunConfig
-from rl_lightning.data.replay import ReplayConfig
+from rl_lightning.config import ReplayConfig, RunConfig
 from rl_lightning.envs import EnvConfig, make_vector_env
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
-"""The configs every algorithm shares, one validated, documented dataclass each: ``RunConfig`` here,
-``EnvConfig`` (``rl_lightning.envs``) and ``ReplayConfig`` (``rl_lightning.data.replay``); and how an
-algorithm's own defaults fill the fields a user leaves out."""
+"""The configs every algorithm shares, one validated, documented dataclass each: ``RunConfig`` and
+``ReplayConfig`` here, ``EnvConfig`` (``rl_lightning.envs``); how an algorithm's own defaults fill the
+fields a user leaves out; and the torch threads a run uses."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, check
 from rl_lightning.validation import at_least
 
 ConfigT = TypeVar("ConfigT")
@@ -79,3 +79,64 @@ def use_torch_threads() -> int:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     return before
+
+
+@dataclasses.dataclass
+class ReplayConfig:
+    """Replay and the rhythm of collection and updates, for DQN, SAC, TD3 and DDPG. A field left ``None``
+    takes the algorithm's default (the ``replay`` default in its signature, listed on its docs page).
+
+    Training alternates collection phases and updates: a phase is ``train_freq`` vector steps
+    (``train_freq * env.num_envs`` env steps per rank) into the replay buffer, followed by
+    ``gradient_steps`` gradient steps on minibatches sampled from it.
+
+    Args:
+        buffer_size: Replay capacity in transitions, per rank.
+        batch_size: Transitions per gradient step.
+        learning_starts: Env steps of uniformly random actions that fill the buffer before the first
+            gradient step (all ranks together); at most ``total_env_steps``.
+        train_freq: Vector steps per collection phase.
+        gradient_steps: Gradient steps after each collection phase.
+        phases_per_step: Collection phases (each followed by its updates) per Lightning training step:
+            speed only, the run is the same; metrics are logged per training step.
+        save_replay_buffer: Save the replay buffer with checkpoints (one of 64 MiB or more in a side
+            file ``<checkpoint>.replay-<env step>.pt`` next to it), so a resumed run continues with the
+            same contents instead of refilling it.
+        buffer_on_cpu: Keep the replay buffer in host memory even when training on an accelerator.
+    """
+
+    buffer_size: int | None = None
+    batch_size: int | None = None
+    learning_starts: int | None = None
+    train_freq: int | None = None
+    gradient_steps: int | None = None
+    phases_per_step: int | None = None
+    save_replay_buffer: bool | None = None
+    buffer_on_cpu: bool | None = None
+
+    def check(self, total_env_steps: int) -> None:
+        """``ConfigError`` naming the argument and its value."""
+        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "phases_per_step"):
+            at_least(f"replay.{name}", getattr(self, name), 1)
+        check(
+            self.buffer_size >= self.batch_size,
+            f"replay.buffer_size={self.buffer_size} must be >= replay.batch_size={self.batch_size}.",
+        )
+        check(
+            0 <= self.learning_starts <= total_env_steps,
+            f"replay.learning_starts must be in [0, total_env_steps={total_env_steps}], got {self.learning_starts}: "
+            "the run would end before its first gradient step.",
+        )
+
+
+# SB3's defaults for SAC, TD3 and DDPG (and ours for grouping phases).
+CONTINUOUS_CONTROL_REPLAY = ReplayConfig(
+    buffer_size=1_000_000,
+    batch_size=256,
+    learning_starts=100,
+    train_freq=1,
+    gradient_steps=1,
+    phases_per_step=10,
+    save_replay_buffer=False,
+    buffer_on_cpu=False,
+)

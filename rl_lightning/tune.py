@@ -48,8 +48,7 @@ from typing import Any
 import yaml
 from lightning.pytorch.callbacks import Callback
 
-from rl_lightning.config import RunConfig
-from rl_lightning.data.replay import ReplayConfig
+from rl_lightning.config import ReplayConfig, RunConfig
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import ConfigError, RunFailed, check
 from rl_lightning.plotting import plot_learning_curves, score_summary

@@ -12,7 +12,8 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from rl_lightning.data.replay import ReplayBuffer, ReplayCollector  # noqa: E402
+from rl_lightning.data.buffers import ReplayBuffer  # noqa: E402
+from rl_lightning.data.replay import ReplayCollector  # noqa: E402
 from rl_lightning.envs.atari import EpisodicLifeEnv, FireResetEnv, make_atari_env  # noqa: E402
 from rl_lightning.envs.make import EnvConfig, make_vector_env  # noqa: E402
 

@@ -9,7 +9,7 @@ import pytest
 
 from rl_lightning import A2C, DQN, PPO, REINFORCE, EnvConfig, RunConfig
 from rl_lightning.cli import main
-from rl_lightning.data.replay import ReplayConfig
+from rl_lightning.config import ReplayConfig
 from rl_lightning.errors import ConfigError
 from rl_lightning.validation import (
     at_least,

@@ -80,11 +80,12 @@ def test_stateful_noise_drives_collection(cls, noise_type):
 
 
 class CountingTD3(TD3):
-    def build_networks(self, observation_space, action_space):
-        super().build_networks(observation_space, action_space)
+    def build_experience(self):
+        replay = super().build_experience()
         self.ends = []
         reset = self.noise.reset
-        self.replay.on_episode_end = lambda ended: (self.ends.append(ended.copy()), reset(ended))
+        replay.on_episode_end = lambda ended: (self.ends.append(ended.copy()), reset(ended))
+        return replay
 
 
 def test_collection_resets_the_noise_of_the_sub_envs_whose_episode_ended():

@@ -7,13 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning.data.replay import (
-    PrioritizedReplayBuffer,
-    ReplayBuffer,
-    ReplayCollector,
-    SumTree,
-    n_step_return,
-)
+from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBuffer, SumTree, n_step_return
+from rl_lightning.data.replay import ReplayCollector
 from rl_lightning.envs.make import EnvConfig, make_vector_env
 
 SCALAR = gym.spaces.Box(-1e6, 1e6, (1,), np.float32)

@@ -47,11 +47,10 @@ from rl_lightning.checkpointing import (
     save_module_state,
     seed_all,
 )
-from rl_lightning.config import DEFAULT_RUN, RunConfig, as_config, resolve_config, use_torch_threads
+from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig, as_config, resolve_config, use_torch_threads
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.dataset import StepPacer
 from rl_lightning.data.experience import ExperienceSide, collect_from
-from rl_lightning.data.replay import ReplayConfig
 from rl_lightning.data.rollout import Policy, Rollout
 from rl_lightning.envs.make import EnvConfig, check_env_id, env_spaces, make_vector_env
 from rl_lightning.errors import ConfigError

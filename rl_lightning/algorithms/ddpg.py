@@ -15,8 +15,7 @@ class only fixes those; its other arguments and defaults are TD3's (a test keeps
 from __future__ import annotations
 
 from rl_lightning.algorithms.td3 import TD3
-from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, ReplayConfig
+from rl_lightning.config import CONTINUOUS_CONTROL_REPLAY, DEFAULT_RUN, ReplayConfig, RunConfig
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.exploration import NoiseType
 from rl_lightning.networks.mlp import Activation

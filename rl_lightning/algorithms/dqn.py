@@ -39,8 +39,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayBatch, ReplayConfig
+from rl_lightning.config import CONTINUOUS_CONTROL_REPLAY, DEFAULT_RUN, ReplayConfig, RunConfig
+from rl_lightning.data.buffers import ReplayBatch
+from rl_lightning.data.replay import Replay
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.q_networks import QNetwork

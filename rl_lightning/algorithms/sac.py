@@ -33,8 +33,8 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.replay import CONTINUOUS_CONTROL_REPLAY, Replay, ReplayConfig
+from rl_lightning.config import CONTINUOUS_CONTROL_REPLAY, DEFAULT_RUN, ReplayConfig, RunConfig
+from rl_lightning.data.replay import Replay
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.continuous import GSDEActor, QEnsemble, TanhGaussianActor, q_loss, to_env_units
