@@ -81,7 +81,9 @@ TINY_RUN = (
 )
 
 
-def tiny_sac(**kw: Any) -> SAC:
+def tiny_pendulum(cls: type, **kw: Any) -> Any:
+    """An off-policy ``cls`` (SAC, TD3, DDPG) on 2 Pendulums with 16x16 networks, 300 env steps (the
+    first 100 random), evaluated twice: ``kw`` on top."""
     args = dict(
         env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
         total_env_steps=300,
@@ -95,24 +97,15 @@ def tiny_sac(**kw: Any) -> SAC:
         eval_episodes=2,
     )
     args.update(kw)
-    return build(SAC, **args)
+    return build(cls, **args)
+
+
+def tiny_sac(**kw: Any) -> SAC:
+    return tiny_pendulum(SAC, **kw)
 
 
 def tiny_td3(cls: type = TD3, **kw: Any) -> Any:
-    args = dict(
-        env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
-        total_env_steps=300,
-        buffer_size=1000,
-        batch_size=32,
-        learning_starts=100,
-        train_freq=4,
-        gradient_steps=3,
-        hidden_sizes=(16, 16),
-        env_steps_per_epoch=150,
-        eval_episodes=2,
-    )
-    args.update(kw)
-    return build(cls, **args)
+    return tiny_pendulum(cls, **{"gradient_steps": 3, **kw})
 
 
 def quick_trainer(**kwargs: Any) -> L.Trainer:
@@ -128,6 +121,16 @@ def quick_trainer(**kwargs: Any) -> L.Trainer:
     )
     defaults.update(kwargs)
     return L.Trainer(**defaults)
+
+
+def final_return(cls: type, seed: int, **kwargs: Any) -> float:
+    """Seed everything with ``seed``, fit ``build(cls, **kwargs)`` with ``quick_trainer()``: the mean
+    return of its last evaluation."""
+    L.seed_everything(seed)
+    model = build(cls, **kwargs)
+    trainer = quick_trainer()
+    trainer.fit(model)
+    return float(trainer.callback_metrics["val/episode_return"])
 
 
 class MultiBinaryActionEnv(gym.Env):
