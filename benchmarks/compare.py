@@ -1,4 +1,4 @@
-"""Side by side: rl_lightning vs Stable-Baselines3 (and a plain-torch PPO), same hyperparameters,
+"""Side by side: rl_lightning vs Stable-Baselines3 (and a plain-torch PPO, ``run_plain``), same hyperparameters,
 same budget, same thread count, same evaluation protocol, interleaved in one invocation.
 
     python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, load_config, make_model
-
-EVAL_EPISODES = 20
+from common import EVAL_EPISODES, ROOT, child_env, child_result, fit_config
 
 
 @dataclass
@@ -241,61 +237,6 @@ def run_ours_bf16(spec: Spec, seed: int) -> dict[str, Any]:
     return run_ours(spec, seed, "bf16-mixed")
 
 
-def fit_config(
-    config: str, seed: int, precision: str = "32-true", **overrides: Any
-) -> tuple[int, list[tuple[float, int, float]], float]:
-    """Train ``config`` (a YAML path) as ``rl-lightning fit`` would, with ``EVAL_EPISODES`` evaluation
-    episodes, the Trainer's ``precision`` and ``overrides`` of its model arguments. Returns ``(env
-    steps, curve, training time)``: the curve has ``(training s, env steps, eval return)`` per
-    evaluation; evaluation time is excluded."""
-    import lightning as L
-
-    cls, init, trainer_args = load_config(config)
-    log_every = trainer_args.get("log_every_n_steps", 10)  # the CLI's default is 10
-    L.seed_everything(seed, verbose=False)
-    model = make_model(cls, init, eval_episodes=EVAL_EPISODES, **overrides)
-    clock = EvalClock()
-    trainer = L.Trainer(
-        max_epochs=-1,
-        precision=precision,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[clock],
-        log_every_n_steps=log_every,
-    )
-    clock.start()
-    trainer.fit(model)
-    return model.env_steps, clock.curve, clock.train_time()
-
-
-class EvalClock:
-    """Lightning callback: training time with evaluation excluded, and the return at each evaluation."""
-
-    def __new__(cls):  # built lazily so the SB3 subprocess never imports Lightning
-        from lightning.pytorch.callbacks import Callback
-
-        class _EvalClock(Callback):
-            def start(self) -> None:
-                self.t0, self.eval_time, self.curve = time.perf_counter(), 0.0, []
-
-            def on_validation_start(self, trainer, pl_module) -> None:
-                self.v0 = time.perf_counter()
-
-            def on_validation_end(self, trainer, pl_module) -> None:
-                now = time.perf_counter()
-                self.eval_time += now - self.v0
-                ret = float(trainer.callback_metrics["val/episode_return"])
-                self.curve.append((self.v0 - self.t0 - (self.eval_time - (now - self.v0)), pl_module.env_steps, ret))
-
-            def train_time(self) -> float:
-                return time.perf_counter() - self.t0 - self.eval_time
-
-        return _EvalClock()
-
-
 def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
@@ -358,13 +299,6 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
     return summarize(clock.curve, spec, model.num_timesteps, train_time)
 
 
-def run_plain(spec: Spec, seed: int) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from plain_ppo import train
-
-    return train(spec, seed, EVAL_EPISODES, summarize)
-
-
 def summarize(curve: list[tuple[float, int, float]], spec: Spec, env_steps: int, train_time: float) -> dict[str, Any]:
     solved = next(((t, s) for t, s, r in curve if r >= spec.threshold), (None, None))
     # DQN's greedy CartPole policy swings between 500 and ~100 after solving, in SB3 as in ours:
@@ -380,6 +314,104 @@ def summarize(curve: list[tuple[float, int, float]], spec: Spec, env_steps: int,
         "late_mean_return": round(sum(late) / len(late), 1) if late else None,
         "curve": curve,
     }
+
+
+# ---------------------------------------------------------------------------------- plain-torch PPO
+def run_plain(spec: Spec, seed: int) -> dict[str, Any]:
+    """PPO in a plain torch loop (CleanRL-style), no Lightning: the reference that isolates Lightning's
+    cost. It uses the very same pieces as ``rl_lightning.PPO`` (gymnasium vector env, ``RolloutCollector``,
+    GAE, ``ActorCritic``, ``ppo_loss``, Adam with eps 1e-5, linear lr annealing, global-norm clipping),
+    so any speed difference between the two is the price of the Lightning Trainer around them."""
+    import torch
+    import yaml
+
+    from rl_lightning.algorithms.ppo import ppo_loss
+    from rl_lightning.data.rollout import RolloutCollector, gae_batch
+    from rl_lightning.envs import EnvConfig, make_vector_env
+    from rl_lightning.networks import ActorCritic
+
+    cfg = yaml.safe_load((ROOT / spec.config).read_text())["model"]["init_args"]
+    hp = dict(
+        gamma=0.99,
+        gae_lambda=0.95,
+        update_epochs=4,
+        num_minibatches=4,
+        clip_coef=0.2,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        learning_rate=2.5e-4,
+        num_steps=128,
+    )
+    hp.update({k: v for k, v in cfg.items() if k != "env"})
+    env_config = EnvConfig(**cfg["env"], seed=seed)
+    torch.manual_seed(seed)
+    envs = make_vector_env(env_config)
+    agent = ActorCritic(envs.single_observation_space, envs.single_action_space)
+    opt = torch.optim.Adam(agent.parameters(), lr=hp["learning_rate"], eps=1e-5)
+    collector = RolloutCollector(envs, hp["num_steps"], torch.device("cpu"), seed)
+    rollout_size = env_config.num_envs * hp["num_steps"]
+    mb_size = rollout_size // hp["num_minibatches"]
+    eval_seeds = [seed + 1_000_000 + i for i in range(EVAL_EPISODES)]
+
+    t0, eval_time, curve, env_steps, next_eval = time.perf_counter(), 0.0, [], 0, spec.eval_every
+    while env_steps < spec.total_env_steps:
+        batch = gae_batch(collector.rollout(agent), hp["gamma"], hp["gae_lambda"])
+        env_steps += rollout_size
+        for group in opt.param_groups:
+            group["lr"] = hp["learning_rate"] * max(1.0 - env_steps / spec.total_env_steps, 0.0)
+        for _ in range(hp["update_epochs"]):
+            for mb in torch.randperm(rollout_size).split(mb_size):
+                adv = batch.advantages[mb]
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                logp, ent, v = agent.evaluate(batch.obs[mb], batch.actions[mb])
+                out = ppo_loss(
+                    logp,
+                    batch.logprobs[mb],
+                    adv,
+                    v,
+                    batch.values[mb],
+                    batch.returns[mb],
+                    ent,
+                    hp["clip_coef"],
+                    False,
+                    hp["ent_coef"],
+                    hp["vf_coef"],
+                )
+                opt.zero_grad()
+                out.loss.backward()
+                torch.nn.utils.clip_grad_norm_(agent.parameters(), hp["max_grad_norm"])
+                opt.step()
+        collector.episodes.pop()
+        if env_steps >= next_eval or env_steps >= spec.total_env_steps:
+            next_eval += spec.eval_every
+            v0 = time.perf_counter()
+            curve.append((v0 - t0 - eval_time, env_steps, plain_evaluate(agent, env_config, eval_seeds)))
+            eval_time += time.perf_counter() - v0
+    envs.close()
+    return summarize(curve, spec, env_steps, time.perf_counter() - t0 - eval_time)
+
+
+def plain_evaluate(agent: Any, env_config: Any, seeds: list[int]) -> float:
+    """The mean return of ``agent``'s deterministic actions, one episode per seed."""
+    import numpy as np
+    import torch
+
+    from rl_lightning.envs import episode_stats, make_vector_env
+
+    envs = make_vector_env(env_config, num_envs=len(seeds))
+    obs, _ = envs.reset(seed=seeds)
+    returns, pending = np.zeros(len(seeds)), np.ones(len(seeds), dtype=bool)
+    with torch.no_grad():
+        while pending.any():
+            obs, _, _, _, infos = envs.step(agent(torch.as_tensor(obs)).numpy())
+            if (stats := episode_stats(infos)) is not None:
+                ended, r, _ = stats
+                first = ended & pending
+                returns[first] = r[first]
+                pending &= ~first
+    envs.close()
+    return float(returns.mean())
 
 
 RUNNERS = {"ours": run_ours, "ours_bf16": run_ours_bf16, "sb3": run_sb3, "plain": run_plain}
@@ -408,22 +440,9 @@ def child(kind: str, algo: str, seed: int, threads: int) -> None:
 
 
 def launch(kind: str, algo: str, seed: int, threads: int) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "OMP_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-    }
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{kind} {algo} seed {seed} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads)]
+    env = child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return child_result(cmd, env, f"{kind} {algo} seed {seed}")
 
 
 def main() -> None:

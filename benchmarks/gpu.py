@@ -51,9 +51,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import scaling  # benchmarks/ is on sys.path: the script's own directory
 import torch
-from common import ROOT, WINDOW_FROM_GRAD_STEP, fit_worker, load_config, make_model, quiet_trainer, run_fit  # noqa: F401 (fit_worker: tests)
+from common import (  # benchmarks/ is on sys.path: the script's own directory
+    ROOT,
+    WINDOW_FROM_GRAD_STEP,
+    child_env,
+    fit_worker,  # noqa: F401 (tests)
+    load_config,
+    make_model,
+    measure_cartpole,
+    quiet_trainer,
+    run_fit,
+)
 
 SECTIONS = ["update", "graphs", "torch_envs", "transfers", "atari", "cartpole", "learn_bf16", "pong"]
 # Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
@@ -397,9 +406,8 @@ def section_torch_envs(ctx: Context) -> list[str]:
     args = ["--device", ctx.device, "--num-envs", "65536" if ctx.gpu else "256", "--write", str(md)]
     args += ["--seconds", "1"] if ctx.gpu else ["--seconds", "0.2", "--skip-ppo"]
     cmd = [sys.executable, str(ROOT / "benchmarks/torch_envs.py"), *args]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(
-        ["timeout", "-s", "KILL", str(int(ctx.remaining() - 5)), *cmd], env=env, capture_output=True, text=True
+        ["timeout", "-s", "KILL", str(int(ctx.remaining() - 5)), *cmd], env=child_env(), capture_output=True, text=True
     )
     if out.returncode != 0:
         return [f"failed (rc {out.returncode}):", "", "```", out.stderr.strip()[-1500:], "```"]
@@ -425,7 +433,7 @@ def section_cartpole(ctx: Context) -> list[str]:
             lines.append(f"| {spec} | skipped: out of time | | |")
             continue
         try:
-            r = scaling.measure(spec, steps, timeout_s=int(min(180, ctx.remaining() - 5)))
+            r = measure_cartpole(spec, steps, timeout_s=int(min(180, ctx.remaining() - 5)))
         except Exception as e:
             lines.append(f"| {spec} | failed: {str(e).splitlines()[-1][:150]} | | |")
             continue

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # compare.fit_config: the same training path as compare.py
+from common import ROOT, child_env, child_result, fit_config  # benchmarks/ is on sys.path: the script's own directory
 
 # config -> the return a solved run reaches at least (deterministic evaluation, 20 episodes)
 CLASSIC: dict[str, float] = {
@@ -119,7 +116,6 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def run(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:
     import lightning  # noqa: F401  (imports stay outside the wall clock)
-    from compare import fit_config
 
     t0 = time.perf_counter()
     env_steps, curve, _ = fit_config(f"configs/{config}.yaml", seed, **parse_overrides(overrides))
@@ -139,22 +135,8 @@ def run(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:
 
 
 def launch(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", config, str(seed), *(f"--set={o}" for o in overrides)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{config} seed {seed} failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    cmd = [sys.executable, __file__, "--child", config, str(seed), *(f"--set={o}" for o in overrides)]
+    result = child_result(cmd, child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), f"{config} seed {seed}")
     print(json.dumps(result), flush=True)
     return result
 

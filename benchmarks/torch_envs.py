@@ -21,13 +21,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, load_config, make_model
+from common import child_env, child_result, load_config, make_model, quiet_trainer
 
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0"]
 PPO_CONFIGS = {"torch": "configs/ppo/cartpole_torch.yaml", "gymnasium": "configs/ppo/cartpole.yaml"}
@@ -122,13 +121,7 @@ def run_ppo(config: str, device: str, seed: int, graphs: bool = False) -> dict[s
     L.seed_everything(seed, verbose=False)
     model = make_model(cls, init, env_steps_per_epoch=total, eval_episodes=20)  # one evaluation, at the end
     clock = Clock()
-    trainer = L.Trainer(
-        max_epochs=-1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
+    trainer = quiet_trainer(
         accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
         callbacks=[clock, *([CUDAGraphs()] if graphs else [])],
@@ -148,17 +141,10 @@ def run_ppo(config: str, device: str, seed: int, graphs: bool = False) -> dict[s
 
 def launch(args: argparse.Namespace, config: str, device: str, graphs: bool = False) -> dict[str, Any]:
     """One PPO run in a fresh subprocess (no shared thread pools or caches; imports not timed)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "OMP_NUM_THREADS": str(args.threads),
-    }
+    env = child_env(OMP_NUM_THREADS=str(args.threads))
     cmd = [sys.executable, __file__, "--child", config, "--device", device, "--threads", str(args.threads)]
     cmd += ["--seed", str(args.seed), *(["--cuda-graphs"] if graphs else [])]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"{config} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_result(cmd, env, config)
 
 
 # -------------------------------------------------------------------------------------------- main

@@ -1,11 +1,14 @@
-"""What several test modules share: a quiet trainer, toy envs, and ``build`` (flat keyword arguments
-split into an algorithm's config dataclasses, so tests can state only what matters to them)."""
+"""What several test modules share: a quiet trainer, toy envs, the CLI in a subprocess, the golden cases
+(tests/test_golden.py) and ``build`` (flat keyword arguments split into an algorithm's config dataclasses,
+so tests can state only what matters to them). Test modules import from here (or get fixtures from
+conftest.py), never from each other: tests/test_architecture.py checks it."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +17,11 @@ from typing import Any
 import gymnasium as gym
 import lightning as L
 import numpy as np
+import pytest
+import torch
 
 import rl_lightning
-from rl_lightning import SAC, TD3, EnvConfig, ReplayConfig, RLModule, RunConfig
+from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig, ReplayConfig, RLModule, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +74,16 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def tiny_sac(**kw: Any) -> SAC:
+# A fit of two evaluations of one episode, 512 env steps, no progress bar.
+TINY_RUN = (
+    *("--model.run.total_env_steps", "512", "--model.run.env_steps_per_epoch", "256"),
+    *("--model.run.eval_episodes", "1", "--trainer.enable_progress_bar", "false"),
+)
+
+
+def tiny_pendulum(cls: type, **kw: Any) -> Any:
+    """An off-policy ``cls`` (SAC, TD3, DDPG) on 2 Pendulums with 16x16 networks, 300 env steps (the
+    first 100 random), evaluated twice: ``kw`` on top."""
     args = dict(
         env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
         total_env_steps=300,
@@ -83,24 +97,15 @@ def tiny_sac(**kw: Any) -> SAC:
         eval_episodes=2,
     )
     args.update(kw)
-    return build(SAC, **args)
+    return build(cls, **args)
+
+
+def tiny_sac(**kw: Any) -> SAC:
+    return tiny_pendulum(SAC, **kw)
 
 
 def tiny_td3(cls: type = TD3, **kw: Any) -> Any:
-    args = dict(
-        env=EnvConfig("Pendulum-v1", num_envs=2, seed=0),
-        total_env_steps=300,
-        buffer_size=1000,
-        batch_size=32,
-        learning_starts=100,
-        train_freq=4,
-        gradient_steps=3,
-        hidden_sizes=(16, 16),
-        env_steps_per_epoch=150,
-        eval_episodes=2,
-    )
-    args.update(kw)
-    return build(cls, **args)
+    return tiny_pendulum(cls, **{"gradient_steps": 3, **kw})
 
 
 def quick_trainer(**kwargs: Any) -> L.Trainer:
@@ -116,6 +121,16 @@ def quick_trainer(**kwargs: Any) -> L.Trainer:
     )
     defaults.update(kwargs)
     return L.Trainer(**defaults)
+
+
+def final_return(cls: type, seed: int, **kwargs: Any) -> float:
+    """Seed everything with ``seed``, fit ``build(cls, **kwargs)`` with ``quick_trainer()``: the mean
+    return of its last evaluation."""
+    L.seed_everything(seed)
+    model = build(cls, **kwargs)
+    trainer = quick_trainer()
+    trainer.fit(model)
+    return float(trainer.callback_metrics["val/episode_return"])
 
 
 class MultiBinaryActionEnv(gym.Env):
@@ -195,3 +210,107 @@ class RecordingBox(gym.Env):
 
 
 register("test/RecordingBox-v0", RecordingBox)
+
+
+# tests/test_golden.py: the recorded results, and the cases they were recorded from.
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _golden_cases() -> dict[str, Any]:
+    cartpole = dict(env=EnvConfig("CartPole-v1", num_envs=4, seed=3), hidden_sizes=(16, 16))
+    pendulum = dict(env=EnvConfig("Pendulum-v1", num_envs=2, seed=5), hidden_sizes=(16, 16))
+
+    def run(total: int, per_epoch: int, episodes: int) -> RunConfig:
+        return RunConfig(total_env_steps=total, env_steps_per_epoch=per_epoch, eval_episodes=episodes)
+
+    def replay(**kw: Any) -> ReplayConfig:
+        return ReplayConfig(buffer_size=2000, batch_size=32, learning_starts=100, save_replay_buffer=True, **kw)
+
+    return {
+        "ppo": lambda: PPO(**cartpole, run=run(1024, 512, 3), num_steps=32, num_minibatches=4, update_epochs=2),
+        "ppo_continuous_normalized": lambda: PPO(
+            **pendulum,
+            run=run(800, 400, 2),
+            num_steps=50,
+            num_minibatches=2,
+            update_epochs=3,
+            normalize_obs=True,
+            normalize_reward=True,
+            target_kl=0.05,
+            clip_vloss=True,
+        ),
+        "a2c": lambda: A2C(**cartpole, run=run(400, 200, 3), rollouts_per_step=3),
+        "reinforce": lambda: REINFORCE(**cartpole, run=run(1200, 600, 3), num_steps=100, max_grad_norm=1.0),
+        "dqn": lambda: DQN(
+            **cartpole,
+            run=run(1200, 600, 3),
+            replay=replay(train_freq=4, gradient_steps=2, phases_per_step=1),
+            target_network_frequency=200,
+        ),
+        "dqn_double_dueling_nstep_per": lambda: DQN(
+            **cartpole,
+            run=run(1200, 600, 3),
+            replay=replay(train_freq=2, gradient_steps=1, phases_per_step=1),
+            target_network_frequency=100,
+            tau=0.5,
+            double_q=True,
+            dueling=True,
+            n_step=3,
+            prioritized_replay=True,
+        ),
+        "sac": lambda: SAC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2)),
+        "td3": lambda: TD3(**pendulum, run=run(500, 250, 2), replay=replay(phases_per_step=4)),
+        "ddpg": lambda: DDPG(**pendulum, run=run(420, 210, 2), replay=replay(train_freq=3)),
+    }
+
+
+GOLDEN_CASES = _golden_cases()
+
+
+def _golden_fingerprint() -> str:
+    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} torch {torch.__version__}"
+
+
+def run_golden_case(name: str, callbacks: list[L.Callback] | None = None) -> dict[str, Any]:
+    """Fit ``GOLDEN_CASES[name]`` from a fixed seed; what ``assert_matches_golden`` compares."""
+    L.seed_everything(123)
+    model = GOLDEN_CASES[name]()
+    trainer = quick_trainer(callbacks=callbacks)
+    trainer.fit(model)
+    replay = getattr(model.experience, "buffer", None)  # off-policy: the replay buffer
+    result = {
+        "state": [t.detach().clone() for t in model.state_dict().values()],
+        "names": list(model.state_dict()),
+        "env_steps": model.env_steps,
+        "global_step": trainer.global_step,
+        "eval_return": float(trainer.callback_metrics["val/episode_return"]),
+        "fingerprint": _golden_fingerprint(),
+    }
+    if replay is not None:
+        state = {k: v for k, v in replay.state_dict().items() if isinstance(v, torch.Tensor)}
+        # Rows from each stream's head on were never written (the storage is uninitialized): masked.
+        unwritten = torch.arange(state["frames"].shape[1]) >= state["rows_written"][:, None]
+        state["frames"][unwritten] = 0
+        result["replay"] = state
+    return result
+
+
+def assert_matches_golden(name: str, got: dict[str, Any]) -> None:
+    """``got`` equals ``tests/golden/<name>.pt``: exactly on the machine it was recorded on, else within float
+    rounding."""
+    want = torch.load(GOLDEN / f"{name}.pt", weights_only=True)
+    exact = want["fingerprint"] == got["fingerprint"]
+    assert (got["env_steps"], got["global_step"]) == (want["env_steps"], want["global_step"])
+    assert len(got["state"]) == len(want["state"]), (got["names"], want["names"])
+    tensors = list(zip(want["names"], want["state"], got["state"], strict=True))
+    tensors += [(f"replay.{k}", v, got["replay"][k]) for k, v in want.get("replay", {}).items()]
+    for key, w, g in tensors:
+        assert w.shape == g.shape and w.dtype == g.dtype, key
+        if exact or not w.is_floating_point():
+            assert torch.equal(w, g), f"{name}: {key} differs from the golden"
+        else:
+            torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-4, msg=f"{name}: {key} differs from the golden")
+    if exact:
+        assert got["eval_return"] == want["eval_return"]
+    else:
+        assert got["eval_return"] == pytest.approx(want["eval_return"], rel=0.05, abs=1.0)

@@ -6,7 +6,7 @@ import torch
 
 from rl_lightning import A2C, EnvConfig
 from rl_lightning.algorithms.a2c import a2c_loss
-from tests.helpers import build, quick_trainer
+from tests.helpers import build, final_return, quick_trainer
 
 
 def test_a2c_loss_matches_direct_computation():
@@ -88,11 +88,8 @@ def test_invalid_hyperparameters_fail_at_construction(kw, msg):
 
 
 def train_a2c_cartpole(seed: int, total_env_steps: int) -> float:
-    L.seed_everything(seed)
-    model = build(A2C, env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=total_env_steps)  # SB3 zoo = defaults
-    trainer = quick_trainer()
-    trainer.fit(model)
-    return float(trainer.callback_metrics["val/episode_return"])
+    env = EnvConfig("CartPole-v1", num_envs=8)
+    return final_return(A2C, seed, env=env, total_env_steps=total_env_steps)  # SB3 zoo = defaults
 
 
 def test_a2c_cartpole_beats_random_on_a_small_budget():

@@ -105,3 +105,60 @@ def test_the_base_class_reads_no_algorithm_hyperparameter_by_name():
     assert not re.findall(r"hparams(\.get\(|\[|\.)\s*[\"']?\w", source.replace("self.hparams)", "")), (
         "RLModule must not read an algorithm's hyperparameters (hparams.x / hparams.get('x'))"
     )
+
+
+# ------------------------------------------------------------------------ outside the package
+# Test modules share fixtures and helpers through tests/conftest.py and tests/helpers.py, never by
+# importing each other; benchmark scripts share theirs through benchmarks/common.py only.
+TESTS = Path(__file__).resolve().parent
+TEST_MODULES = sorted(TESTS.rglob("*.py"))
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+BENCHMARK_SCRIPTS = sorted(BENCHMARKS.glob("*.py"))
+
+
+def imported_names(tree: ast.AST) -> list[tuple[str, int]]:
+    """``(module, line)`` for every module an import names: ``import a.b``, ``from a import b`` (``a``
+    and ``a.b``: ``b`` may be a module), relative ones with their dots (``from . import b``: ``.b``),
+    and ``importlib.import_module`` / ``__import__`` of a literal name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found.append((base, node.lineno))
+            sep = "." if node.module else ""
+            found += [(f"{base}{sep}{alias.name}", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if func in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.append((node.args[0].value, node.lineno))
+    return found
+
+
+def names_a_test_module(name: str) -> bool:
+    """``tests.test_x``, ``.test_x`` (relative, from inside tests/) or ``test_x`` (tests/ on sys.path)."""
+    parts = name.lstrip(".").split(".")
+    if not name.startswith(".") and parts[0] == "tests":
+        parts = parts[1:]
+    return bool(parts) and parts[0].startswith("test_")
+
+
+@pytest.mark.parametrize("path", TEST_MODULES, ids=lambda p: str(p.relative_to(TESTS)))
+def test_no_test_module_imports_another(path):
+    tree = ast.parse(path.read_text())
+    found = sorted({f"{name} (line {line})" for name, line in imported_names(tree) if names_a_test_module(name)})
+    assert not found, f"imports a test module (share it through tests/helpers.py or conftest.py): {found}"
+
+
+@pytest.mark.parametrize("path", BENCHMARK_SCRIPTS, ids=lambda p: p.name)
+def test_benchmark_scripts_import_no_other_script_than_common(path):
+    others = {p.stem for p in BENCHMARK_SCRIPTS} - {"common", path.stem}
+    tree = ast.parse(path.read_text())
+    found = set()
+    for name, line in imported_names(tree):
+        parts = name.lstrip(".").split(".")
+        module = parts[1] if parts[0] == "benchmarks" and len(parts) > 1 else parts[0]
+        if module in others:
+            found.add(f"{name} (line {line})")
+    assert not found, f"imports another benchmark script (share it through benchmarks/common.py): {sorted(found)}"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT, TINY_RUN, cli
 
 # Algorithm configs: not the trainer and logger presets (composed with one), not tune's search spaces.
 CONFIGS = sorted(
@@ -14,11 +14,6 @@ CONFIGS = sorted(
     if c.parent.name not in ("trainer", "logger") and not c.name.endswith(".tune.yaml")
 )
 PRESETS = sorted((ROOT / "configs/trainer").glob("*.yaml"))
-# A fit of two evaluations of one episode, 512 env steps, no progress bar.
-TINY_RUN = (
-    *("--model.run.total_env_steps", "512", "--model.run.env_steps_per_epoch", "256"),
-    *("--model.run.eval_episodes", "1", "--trainer.enable_progress_bar", "false"),
-)
 
 
 def test_fit_then_validate_from_checkpoint(tmp_path):

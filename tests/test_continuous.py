@@ -4,7 +4,7 @@ import lightning as L
 import pytest
 
 from rl_lightning import A2C, PPO, REINFORCE, EnvConfig
-from tests.helpers import build, quick_trainer
+from tests.helpers import build, final_return, quick_trainer
 
 
 @pytest.mark.parametrize("algo", [PPO, A2C, REINFORCE])
@@ -32,13 +32,8 @@ PENDULUM_PPO = dict(
 
 
 def train_ppo_pendulum(seed: int, total_env_steps: int, **kw) -> float:
-    L.seed_everything(seed)
-    model = build(
-        PPO, env=EnvConfig("Pendulum-v1", num_envs=4), total_env_steps=total_env_steps, **{**PENDULUM_PPO, **kw}
-    )
-    trainer = quick_trainer()
-    trainer.fit(model)
-    return float(trainer.callback_metrics["val/episode_return"])
+    env = EnvConfig("Pendulum-v1", num_envs=4)
+    return final_return(PPO, seed, env=env, total_env_steps=total_env_steps, **{**PENDULUM_PPO, **kw})
 
 
 def test_ppo_pendulum_beats_random_on_a_small_budget():

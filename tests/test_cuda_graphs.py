@@ -11,8 +11,7 @@ from rl_lightning.callbacks import CUDAGraphs
 from rl_lightning.cuda_graphs import GraphedUpdate
 from rl_lightning.errors import ConfigError
 from rl_lightning.optim import make_adam
-from tests.test_cli import ROOT, TINY_RUN, cli
-from tests.test_golden import _run, assert_matches_golden
+from tests.helpers import GOLDEN_CASES, ROOT, TINY_RUN, assert_matches_golden, cli, run_golden_case
 
 GRAPHED = ["ppo", "a2c", "dqn", "dqn_double_dueling_nstep_per", "sac", "td3", "ddpg"]
 
@@ -21,7 +20,7 @@ GRAPHED = ["ppo", "a2c", "dqn", "dqn_double_dueling_nstep_per", "sac", "td3", "d
 def test_the_graphed_update_path_trains_exactly_as_the_goldens(name):
     # With CUDA graphs on, every update goes through run_update and the plain-torch optimizer step
     # (on CPU without capture): same parameters, replay contents, optimizer-step count and returns.
-    assert_matches_golden(name, _run(name, callbacks=[CUDAGraphs()]))
+    assert_matches_golden(name, run_golden_case(name, callbacks=[CUDAGraphs()]))
 
 
 def test_graphed_update_runs_eagerly_off_cuda_and_returns_what_the_update_returns():
@@ -60,11 +59,9 @@ def test_on_cpu_one_line_says_the_updates_run_eagerly(caplog):
 
 
 def test_capturable_adam_only_on_cuda_and_annealing_writes_a_tensor_learning_rate_in_place():
-    from tests.test_golden import CASES
-
     param = torch.nn.Parameter(torch.zeros(2))
     assert not make_adam([param], 1e-3, 1e-8, fused=True, capturable=True).defaults["capturable"]  # CPU: as ever
-    model = CASES["ppo"]()
+    model = GOLDEN_CASES["ppo"]()
     opt = torch.optim.Adam([param], lr=torch.tensor(1e-3), capturable=False)
     lr = opt.param_groups[0]["lr"]
     model.env_steps = model.total_env_steps // 2

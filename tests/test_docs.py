@@ -1,10 +1,12 @@
-"""The docs stay true: every algorithm has its page with every hyperparameter and its default, and every
-relative link in the docs, the README and the notebooks points at a file that exists."""
+"""The docs stay true: every algorithm has its page with every hyperparameter and its default, every
+relative link in the docs, the README and the notebooks points at a file that exists, and no committed
+text (notebook outputs included) holds an absolute path of the machine that wrote it."""
 
 import ast
 import dataclasses
 import inspect
 import re
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -59,3 +61,38 @@ def test_relative_links_resolve(doc):
         if not path.exists():
             broken.append(target)
     assert not broken, f"broken links in {doc.name}: {broken}"
+
+
+# A path of the machine that wrote it: a checkout, a home, a scratch directory, an installed package (a
+# warning's location in a notebook's stderr, say). Not one inside a URL or a relative path.
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|tmp|root|home|opt|Users|mnt)/[^\s\"'`)]*|site[-]packages\S*")
+# Paths inside the Docker image, which the Dockerfile makes (tests/test_dockerfile.py reads them).
+IMAGE_PATHS = ("/opt/rl-lightning", "/opt/venv")
+TEXT_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".toml", ".ipynb"}
+
+
+def committed_files() -> list[Path]:
+    """What git tracks, and the untracked files it does not ignore (about to be committed)."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout (the Docker image has no .git)")
+    return [ROOT / name for name in out.splitlines() if (ROOT / name).is_file()]
+
+
+def test_no_committed_text_holds_an_absolute_path_of_the_machine_that_wrote_it():
+    found = []
+    for path in committed_files():
+        if path.suffix not in TEXT_SUFFIXES:  # not data (benchmarks/reference_curves.json), not the Dockerfile
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            hits = [m for m in MACHINE_PATH.findall(line) if not m.startswith(IMAGE_PATHS)]
+            found += [f"{path.relative_to(ROOT)}:{number}: {hit}" for hit in hits]
+    # A notebook: clear the output (or the stderr line) rather than edit the path by hand.
+    assert not found, "absolute paths of a machine:\n" + "\n".join(found)

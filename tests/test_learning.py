@@ -6,17 +6,14 @@ import lightning as L
 import pytest
 
 from rl_lightning import PPO, EnvConfig
-from tests.helpers import CARTPOLE_PPO, build, quick_trainer
+from tests.helpers import CARTPOLE_PPO, build, final_return, quick_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_ppo_cartpole(seed: int, total_env_steps: int) -> float:
-    L.seed_everything(seed)
-    model = build(PPO, env=EnvConfig("CartPole-v1", num_envs=8), total_env_steps=total_env_steps, **CARTPOLE_PPO)
-    trainer = quick_trainer()
-    trainer.fit(model)
-    return float(trainer.callback_metrics["val/episode_return"])
+    env = EnvConfig("CartPole-v1", num_envs=8)
+    return final_return(PPO, seed, env=env, total_env_steps=total_env_steps, **CARTPOLE_PPO)
 
 
 def test_ppo_cartpole_beats_random_on_a_small_budget():

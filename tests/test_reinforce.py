@@ -1,13 +1,12 @@
 """REINFORCE: Monte-Carlo returns-to-go, the loss, dropping unfinished tails, a small learning run."""
 
-import lightning as L
 import pytest
 import torch
 
 from rl_lightning import REINFORCE, EnvConfig
 from rl_lightning.algorithms.reinforce import reinforce_loss
 from rl_lightning.data.rollout import Rollout, episode_batch, returns_to_go
-from tests.helpers import build, quick_trainer
+from tests.helpers import build, final_return
 
 
 def hand_case():
@@ -88,11 +87,8 @@ def test_without_baseline_there_is_no_critic():
 
 
 def train_reinforce_cartpole(seed: int, total_env_steps: int, **kw) -> float:
-    L.seed_everything(seed)
-    model = build(REINFORCE, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=total_env_steps, **kw)
-    trainer = quick_trainer()
-    trainer.fit(model)
-    return float(trainer.callback_metrics["val/episode_return"])
+    env = EnvConfig("CartPole-v1", num_envs=4)
+    return final_return(REINFORCE, seed, env=env, total_env_steps=total_env_steps, **kw)
 
 
 def test_reinforce_cartpole_beats_random_on_a_small_budget():
