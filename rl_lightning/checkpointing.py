@@ -19,7 +19,6 @@ import dataclasses
 import glob
 import os
 import pickle
-import random
 import shutil
 import tempfile
 import urllib.request
@@ -27,12 +26,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
 import torch
 from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
 from rl_lightning.errors import ConfigError
+from rl_lightning.seeding import rng_state, set_rng_state
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
@@ -332,38 +331,6 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {k.rstrip("."): v for k, v in flat.items()}
 
 
-def rng_state() -> dict[str, Any]:
-    """torch, numpy and python RNG states as tensors and plain containers (weights_only-safe)."""
-    np_state = np.random.get_state()
-    py_state = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "numpy": {
-            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
-            "pos": int(np_state[2]),
-            "has_gauss": int(np_state[3]),
-            "gauss": float(np_state[4]),
-        },
-        "python": {"version": py_state[0], "state": list(py_state[1]), "gauss": py_state[2]},
-    }
-
-
-def seed_all(seed: int) -> None:
-    """Seed torch, numpy and python's RNGs (a DDP rank's own streams, after ``seed_everything`` gave
-    every rank the same)."""
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
-    p = state["python"]
-    random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
-
-
 class ReplaySideFileIO(CheckpointIO):
     """Writes a large replay buffer to a side file next to its checkpoint instead of into it.
 
@@ -392,7 +359,7 @@ class ReplaySideFileIO(CheckpointIO):
             self.side_io.save_checkpoint(replay, keep)
             state = {k: v for k, v in state.items() if k != "replay_buffer"} | {"replay_buffer_file": keep.name}
             checkpoint = {**checkpoint, "rl_lightning": state}
-        self.inner.save_checkpoint(checkpoint, path, storage_options)
+        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         for stale in _side_files(path):
             if stale != keep:
                 stale.unlink(missing_ok=True)

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rl_lightning"
 LAYERS = [
     {"errors"},
     {"validation"},  # the validators of arguments and config fields, which every layer above uses
-    {"envs", "networks", "cuda_graphs", "optim", "config"},
+    {"envs", "networks", "cuda_graphs", "optim", "config", "seeding"},
     {"data", "exploration"},
     {"evaluation", "export", "checkpointing", "training_log"},
     {"callbacks", "plotting"},  # use an algorithm through its public methods, never import one

@@ -169,7 +169,7 @@ class A2C(RLModule):
         if self.hparams.optimizer == "rmsprop":
             # foreach: torch picks it by default on CUDA only and loops over the tensors on CPU (no
             # fused RMSprop exists); one kernel per op for all tensors is faster on CPU too.
-            lr, capturable = self.hparams.learning_rate, self.cuda_graphs and self.device.type == "cuda"
+            lr, capturable = self.hparams.learning_rate, self.graphs.enabled and self.device.type == "cuda"
             return torch.optim.RMSprop(
                 self.agent.parameters(),
                 lr=torch.tensor(lr, device=self.device) if capturable else lr,  # a tensor: annealed in place

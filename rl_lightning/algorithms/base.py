@@ -32,12 +32,12 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader
-from torchmetrics import MeanMetric, Metric
+from torchmetrics import MeanMetric
 
+from rl_lightning.callbacks.compile import compile_children
 from rl_lightning.callbacks.divergence import DivergenceCheck
 from rl_lightning.callbacks.preemption import PreemptionExitCode
 from rl_lightning.checkpointing import (
@@ -45,7 +45,6 @@ from rl_lightning.checkpointing import (
     prepare_checkpoints,
     restore_module_state,
     save_module_state,
-    seed_all,
 )
 from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig, as_config, resolve_config, use_torch_threads
 from rl_lightning.cuda_graphs import UpdateGraphs
@@ -58,6 +57,7 @@ from rl_lightning.evaluation import env_actions, eval_seeds, log_evaluation, pla
 from rl_lightning.export import export_policy
 from rl_lightning.networks.encoders import has_images
 from rl_lightning.optim import anneal_linearly, fused_allowed, make_adam
+from rl_lightning.seeding import draw_env_seed, separate_ranks
 from rl_lightning.training_log import log_training, should_log
 
 MAX_ENV_RESTARTS = 3  # consecutive failed collection attempts restarted before giving up
@@ -122,10 +122,7 @@ class RLModule(L.LightningModule):
         self._threads_before = use_torch_threads()  # here, whatever was imported first (see config.py)
         if stage == "fit":
             if self.env_config.seed is None:
-                # Drawn from torch's RNG, so seed_everything makes the envs reproducible too. Rank 0's
-                # draw for all ranks: rank offsets (rank_seed) keep env seeds distinct, eval seeds agree.
-                seed = int(torch.randint(0, 2**31 - 1, ()).item())
-                self.env_config.seed = int(strategy.broadcast(seed, src=0)) if strategy else seed
+                self.env_config.seed = draw_env_seed(strategy)
             # The device is final here (Lightning moves the module there after setup): a torch-backend
             # env is built on it, so rollouts never leave it.
             self.envs = make_vector_env(self.env_config, device=strategy.root_device if strategy else self.device)
@@ -135,18 +132,10 @@ class RLModule(L.LightningModule):
         if strategy is not None:
             prepare_checkpoints(self.trainer)  # atomic, weights-only, replay side files, no stale temporaries
         if stage == "fit" and strategy is not None and self.trainer.world_size > 1:
-            # seed_everything gave every rank the same RNG state, hence the same exploration noise:
-            # reseed per rank once the networks exist (DDP then broadcasts rank 0's initial weights).
-            seed_all(self.rank_seed)
-            if self.ddp_find_unused_parameters and isinstance(strategy, DDPStrategy):
-                # Lightning keeps the DDP constructor's kwargs here until it wraps the module (after setup);
-                # it has no public API to change them once the strategy exists (a user's strategy=ddp).
-                # tests/test_lightning_private.py fails if Lightning renames it.
-                strategy._ddp_kwargs.setdefault("find_unused_parameters", True)
+            separate_ranks(strategy, self.rank_seed, self.ddp_find_unused_parameters)
 
     def build_for_env(self) -> tuple[gym.Space, gym.Space]:
-        """Build the networks from the spaces of the env (made once to read them), if not built yet;
-        returns the observation and action space of one sub-env."""
+        """Build the networks (once) from the spaces of the env, made to read them; returns the spaces."""
         spaces = env_spaces(self.env_config)
         self._build(*spaces)
         return spaces
@@ -173,13 +162,8 @@ class RLModule(L.LightningModule):
         raise NotImplementedError
 
     def compile_networks(self, **compile_kwargs: Any) -> None:
-        """``torch.compile`` the networks in place (parameter names and checkpoints unchanged); what the
-        ``CompileNetworks`` callback calls. ``nn.Module.compile`` covers ``forward`` only, so a network
-        used through other methods overrides ``compile`` to cover them (``ActorCritic`` does)."""
-        if not getattr(self, "_networks_compiled", False):  # not again in a second fit with the same module
-            for child in (c for c in self.children() if not isinstance(c, Metric)):
-                child.compile(**compile_kwargs)
-            self._networks_compiled = True
+        """``torch.compile`` the networks in place for the ``CompileNetworks`` callback (``compile_children``)."""
+        compile_children(self, **compile_kwargs)
 
     def teardown(self, stage: str) -> None:
         if stage == "fit":
@@ -213,25 +197,20 @@ class RLModule(L.LightningModule):
             yield i
 
     def collect_rollout(self, policy: Policy) -> Rollout:
-        """One rollout of ``policy`` (PPO, A2C, REINFORCE: ``Rollouts``)."""
-        return self.collect(policy)
+        """One rollout of ``policy`` (``Rollouts``; env faults named, envs restarted: ``collect_from``)."""
+        return collect_from(self, policy, MAX_ENV_RESTARTS)
 
     def collect_phase(self, act: Callable[[Tensor], Tensor]) -> int:
-        """One collection phase into the replay buffer (DQN, SAC, TD3, DDPG) with ``act(obs) -> actions``;
-        returns the env steps it took (all ranks, the random warm-up included)."""
+        """One collection phase into the replay buffer (``Replay``) with ``act(obs) -> actions``; returns the
+        env steps it took (all ranks, the random warm-up included)."""
         before = self.env_steps
-        self.collect(act)
+        collect_from(self, act, MAX_ENV_RESTARTS)
         return self.env_steps - before
-
-    def collect(self, policy: Any) -> Any:
-        """One ``experience.collect(policy)``, env faults named and envs restarted (``collect_from``)."""
-        return collect_from(self, policy, MAX_ENV_RESTARTS)
 
     # --------------------------------------------------------------------------- training loop
     def on_fit_start(self) -> None:
-        # Denormal floats (Adam's moments of ReLU units that stopped getting gradient decay into them)
-        # are tens of times slower on x86; below 1.2e-38 they are noise to any RL loss. Flushed on this,
-        # the training thread, while fitting (docs/benchmarks.md, "Denormals").
+        # Denormal floats (Adam's moments of dead ReLU units) are tens of times slower on x86 and noise to
+        # any RL loss: flushed on the training thread while fitting (docs/benchmarks.md, "Denormals").
         torch.set_flush_denormal(True)
         self._last_time, self._last_env_steps = time.perf_counter(), self.env_steps
 
@@ -244,8 +223,7 @@ class RLModule(L.LightningModule):
             self.trainer.should_stop = True
 
     def configure_callbacks(self) -> list[Callback]:
-        # Lightning lets a module's callbacks replace the trainer's of the same type: add the check only
-        # where the user did not configure one (its weight limit, say).
+        # A module's callbacks replace the trainer's of their type: keep a DivergenceCheck the user configured.
         configured = any(isinstance(callback, DivergenceCheck) for callback in self.trainer.callbacks)
         return [PreemptionExitCode(), *([] if configured else [DivergenceCheck()])]
 
@@ -258,18 +236,13 @@ class RLModule(L.LightningModule):
         return should_log(self.trainer)
 
     def log_training(self, metrics: dict[str, Tensor | float]) -> None:
-        """Log a training step's metrics, plus episode statistics and throughput since the last call,
-        against env steps (``rl_lightning.training_log``)."""
+        """Log a step's metrics, episode statistics and throughput against env steps (``training_log``)."""
         log_training(self, metrics, self.experience.pop_episode_stats())
 
     def enable_cuda_graphs(self) -> None:
         """Run every update (``run_update``) as a CUDA graph from now on; called by the ``CUDAGraphs``
         callback before the optimizers are built (they must be capturable)."""
         self.graphs.enabled = True
-
-    @property
-    def cuda_graphs(self) -> bool:
-        return self.graphs.enabled
 
     def run_update(self, update: Callable[..., Any], *inputs: Tensor) -> Any:
         """One update: ``update(*inputs)`` (tensors in; losses, ``gradient_step`` calls and tensors
@@ -304,8 +277,7 @@ class RLModule(L.LightningModule):
         seeds = eval_seeds(self.env_config, self.eval_episodes, self.global_rank, self.trainer.world_size)
         return DataLoader([seeds], batch_size=None)
 
-    def test_dataloader(self) -> DataLoader:
-        return self.val_dataloader()
+    test_dataloader = val_dataloader  # the same episodes, logged as test/...
 
     def validation_step(self, seeds: list[int], batch_idx: int) -> None:
         log_evaluation(self, seeds, "val")
@@ -322,8 +294,7 @@ class RLModule(L.LightningModule):
         return env_actions(self, obs)
 
     def export_policy(self, path: str | Path | None = None) -> torch.export.ExportedProgram:
-        """The evaluation policy as a ``torch.export`` program that runs with torch alone (see
-        ``rl_lightning.export.export_policy``)."""
+        """The evaluation policy as a ``torch.export`` program that runs with torch alone (``export_policy``)."""
         return export_policy(self, path)
 
     # ------------------------------------------------------------------------------ checkpoints

@@ -172,7 +172,7 @@ class SAC(RLModule):
                 self.actor.reset_noise(self.env_config.num_envs)  # one exploration matrix per sub-env
             self.collect_phase(self._explore)
             for _ in range(self.replay_config.gradient_steps):
-                if hp.use_sde and not self.cuda_graphs:  # drawn before the batch (a graph draws it inside)
+                if hp.use_sde and not self.graphs.enabled:  # drawn before the batch (a graph draws it inside)
                     self.actor.reset_noise()  # one matrix for this gradient step's batch, as in SB3
                 b = self.replay.sample()
                 out = self.run_update(
@@ -203,7 +203,7 @@ class SAC(RLModule):
         the entropy estimate and the temperature used, stacked."""
         hp = self.hparams
         actor_opt, critic_opt, *alpha_opt = self.optimizers()
-        if hp.use_sde and self.cuda_graphs:
+        if hp.use_sde and self.graphs.enabled:
             self.actor.reset_noise()  # inside the graph, so that its replays draw new noise
         actions_pi, log_pi = self.actor.sample(obs)
         alpha = self.log_alpha.detach().exp()  # this step's alpha: the value before its update

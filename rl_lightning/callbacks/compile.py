@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+from torchmetrics import Metric
 
 
 class CompileNetworks(L.Callback):
@@ -40,3 +41,16 @@ class CompileNetworks(L.Callback):
         if not hasattr(pl_module, "compile_networks"):  # an rl_lightning algorithm (RLModule)
             raise TypeError(f"CompileNetworks works with rl_lightning algorithms, got {type(pl_module).__name__}.")
         pl_module.compile_networks(**self.kwargs)
+
+
+def compile_children(module: L.LightningModule, **compile_kwargs: Any) -> None:
+    """``RLModule.compile_networks``: each child network compiled in place (parameter names and checkpoints
+    unchanged), once (a second fit with the same module compiles nothing again); torchmetrics metrics are
+    not networks. ``nn.Module.compile`` covers ``forward`` only, so a network used through other methods
+    overrides ``compile`` to cover them (``ActorCritic`` does)."""
+    if getattr(module, "_networks_compiled", False):
+        return
+    for child in module.children():
+        if not isinstance(child, Metric):
+            child.compile(**compile_kwargs)
+    module._networks_compiled = True
