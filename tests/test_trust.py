@@ -27,6 +27,7 @@ from rl_lightning.checkpointing import (
     newest_loadable,
     read_checkpoint,
 )
+from rl_lightning.cli import debugging
 from rl_lightning.errors import ConfigError
 from tests.helpers import ROOT, cli, quick_trainer
 
@@ -313,9 +314,11 @@ def test_a_yaml_syntax_error_keeps_its_line_and_column(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("value", ["0", "false", ""])
-def test_rl_lightning_debug_0_means_off(value, tmp_path, monkeypatch):
-    monkeypatch.setenv("RL_LIGHTNING_DEBUG", value)
+def test_rl_lightning_debug_0_means_off(tmp_path, monkeypatch):
+    for value, on in (("0", False), ("false", False), ("", False), ("off", False), ("1", True), ("yes", True)):
+        monkeypatch.setenv("RL_LIGHTNING_DEBUG", value)
+        assert debugging() is on, value
+    monkeypatch.setenv("RL_LIGHTNING_DEBUG", "0")
     result = cli("fit", "--config", CONFIG, *TINY, "--model.learning_rate", "1e6", cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
 
