@@ -160,14 +160,19 @@ def local_copy(path: Any) -> Iterator[Path]:
         yield Path(path).expanduser()
         return
     with tempfile.TemporaryDirectory(prefix="rl-lightning-ckpt-") as tmp:
-        local = Path(tmp) / (Path(str(path).split("?")[0]).name or "checkpoint.ckpt")
-        try:
-            _download(str(path), local)
-        except ConfigError:
-            raise
-        except Exception as e:
-            raise ConfigError(f"Could not download the checkpoint {path}: {type(e).__name__}: {e}") from None
-        yield local
+        yield download_checkpoint(str(path), Path(tmp))
+
+
+def download_checkpoint(url: str, directory: Path) -> Path:
+    """``url`` (http(s), or any fsspec protocol) downloaded into ``directory``; one line if it fails."""
+    local = directory / (Path(url.split("?")[0]).name or "checkpoint.ckpt")
+    try:
+        _download(url, local)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"Could not download the checkpoint {url}: {type(e).__name__}: {e}") from None
+    return local
 
 
 def _download(url: str, local: Path) -> None:

@@ -47,8 +47,8 @@ from rl_lightning.checkpointing import (
     atomic_write,
     checkpoint_env_steps,
     checkpoint_problem,
+    download_checkpoint,
     hyperparameter_changes,
-    local_copy,
     newest_loadable,
 )
 from rl_lightning.envs.make import EnvConfig, backend_tag
@@ -324,8 +324,7 @@ class RLCLI(LightningCLI):
         checked like a local one (``weights_only=True``)."""
         directory = Path(tempfile.mkdtemp(prefix="rl-lightning-ckpt-"))
         atexit.register(shutil.rmtree, directory, ignore_errors=True)
-        with local_copy(url) as local:
-            path = Path(shutil.copy(local, directory / local.name))
+        path = download_checkpoint(url, directory)  # once: local_copy's directory would go at its end
         if problem := checkpoint_problem(path):
             raise ConfigError(f"--ckpt_path {url}: {problem}.")
         return path
