@@ -59,6 +59,7 @@ class TorchVectorEnv(gym.vector.VectorEnv):
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+    env_backend = "torch"  # its steps stay on ``device`` (``rl_lightning.envs.backends``)
     env_id: str
 
     def __init__(
