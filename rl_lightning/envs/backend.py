@@ -22,6 +22,7 @@ training and the evaluation env, where the tensors of its steps live, how it is 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
@@ -29,6 +30,24 @@ import torch
 
 if TYPE_CHECKING:
     from rl_lightning.envs.make import EnvConfig
+
+
+@dataclass(frozen=True)
+class Build:
+    """How ``make_vector_env`` asks a backend for a vector env.
+
+    Attributes:
+        num_envs: Sub-envs.
+        render_mode: gymnasium's render mode, or None (a backend that cannot render raises a ``ConfigError``).
+        device: Where an env whose steps stay on a device puts its tensors (ignored by host envs).
+        training: ``False`` (evaluation) leaves out training-only rules (Atari's episodic life and
+            reward clipping), so returns are the true scores.
+    """
+
+    num_envs: int
+    render_mode: str | None = None
+    device: torch.device | str = "cpu"
+    training: bool = True
 
 
 class EnvBackend(abc.ABC):
@@ -49,17 +68,9 @@ class EnvBackend(abc.ABC):
         """Raise a ``ConfigError`` (with close matches where it can) on an id this backend cannot build."""
 
     @abc.abstractmethod
-    def make(
-        self,
-        config: EnvConfig,
-        num_envs: int,
-        render_mode: str | None,
-        device: torch.device | str,
-        training: bool,
-    ) -> gym.vector.VectorEnv:
-        """``num_envs`` unseeded sub-envs of ``config.env_id`` with ``structured_observation_space`` and
-        ``frame_stack`` set; ``training=False`` leaves out training-only rules (Atari's episodic life and
-        reward clipping); ``device`` places the env where its steps stay on a device."""
+    def make(self, config: EnvConfig, build: Build) -> gym.vector.VectorEnv:
+        """``build.num_envs`` unseeded sub-envs of ``config.env_id``, ``structured_observation_space`` and
+        ``frame_stack`` set (see ``Build`` for the rest)."""
 
     def evaluation_backend(self, render_mode: str | None) -> str:
         """The backend whose env evaluation plays (to render: ``render_mode``); this one by default."""

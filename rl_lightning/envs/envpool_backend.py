@@ -48,10 +48,9 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from rl_lightning.envs.atari import FRAME_STACK, is_atari, register_ale
-from rl_lightning.envs.backend import EnvBackend
+from rl_lightning.envs.backend import Build, EnvBackend
 from rl_lightning.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -203,20 +202,13 @@ class EnvpoolBackend(EnvBackend):
     def check_env_id(self, env_id: str) -> None:
         envpool_task(env_id)
 
-    def make(
-        self,
-        config: EnvConfig,
-        num_envs: int,
-        render_mode: str | None,
-        device: torch.device | str,
-        training: bool,
-    ) -> gym.vector.VectorEnv:
-        if render_mode is not None or config.wrappers:
+    def make(self, config: EnvConfig, build: Build) -> gym.vector.VectorEnv:
+        if build.render_mode is not None or config.wrappers:
             raise ConfigError(
                 "The envpool backend neither renders nor takes env.wrappers (its envs are C++); use "
                 "env.backend=gymnasium for videos and wrappers."
             )
-        envs = EnvpoolVectorEnv(config.env_id, num_envs, config.env_kwargs, training=training)
+        envs = EnvpoolVectorEnv(config.env_id, build.num_envs, config.env_kwargs, training=build.training)
         envs.structured_observation_space = envs.single_observation_space
         envs.frame_stack = FRAME_STACK if envs.atari else 1  # envpool stacks Atari frames itself
         return envs

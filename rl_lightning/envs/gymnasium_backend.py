@@ -17,10 +17,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import torch
 
 from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
-from rl_lightning.envs.backend import EnvBackend
+from rl_lightning.envs.backend import Build, EnvBackend
 from rl_lightning.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -53,24 +52,17 @@ class GymnasiumBackend(EnvBackend):
             "'my_package.envs:MyEnv-v0' (a module that registers it when imported) or 'my_package.envs:MyEnvClass'."
         )
 
-    def make(
-        self,
-        config: EnvConfig,
-        num_envs: int,
-        render_mode: str | None,
-        device: torch.device | str,
-        training: bool,
-    ) -> gym.vector.VectorEnv:
-        make = functools.partial(_make_env, config, render_mode, training)
+    def make(self, config: EnvConfig, build: Build) -> gym.vector.VectorEnv:
+        make = functools.partial(_make_env, config, build.render_mode, build.training)
         probe = make()  # the errors of a bad config here, in this process; and the space before flattening
         structured = probe.env.observation_space if isinstance(probe, gym.wrappers.FlattenObservation) else None
         frame_stack = _frame_stack(probe)
         probe.close()
         mode = gym.vector.AutoresetMode.SAME_STEP
         if config.vectorization == "async":
-            envs = gym.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=mode)
+            envs = gym.vector.AsyncVectorEnv([make] * build.num_envs, autoreset_mode=mode)
         else:
-            envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
+            envs = gym.vector.SyncVectorEnv([make] * build.num_envs, autoreset_mode=mode)
         envs.structured_observation_space = structured or envs.single_observation_space
         envs.frame_stack = frame_stack
         return envs

@@ -44,7 +44,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_lightning.envs.backend import episode_stats
+from rl_lightning.envs.backend import Build, episode_stats
 from rl_lightning.envs.backends import BACKENDS, DEFAULT_BACKEND, backend_of
 from rl_lightning.validation import at_least, one_of
 
@@ -125,7 +125,7 @@ def make_vector_env(
     """
     check_env_id(config.env_id, config.backend)
     n = config.num_envs if num_envs is None else num_envs
-    envs = BACKENDS[config.backend].make(config, n, render_mode, device, training)
+    envs = BACKENDS[config.backend].make(config, Build(n, render_mode, device, training))
     envs.env_backend = config.backend
     return envs
 

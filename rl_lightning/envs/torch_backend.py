@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import torch
 
-from rl_lightning.envs.backend import EnvBackend
+from rl_lightning.envs.backend import Build, EnvBackend
 from rl_lightning.envs.torch import TORCH_ENVS, make_torch_env
 from rl_lightning.errors import ConfigError
 
@@ -28,17 +28,10 @@ class TorchBackend(EnvBackend):
         if env_id not in TORCH_ENVS:
             make_torch_env(env_id, 1)  # its ConfigError names the ids there are
 
-    def make(
-        self,
-        config: EnvConfig,
-        num_envs: int,
-        render_mode: str | None,
-        device: torch.device | str,
-        training: bool,
-    ) -> gym.vector.VectorEnv:
-        if render_mode is not None:
+    def make(self, config: EnvConfig, build: Build) -> gym.vector.VectorEnv:
+        if build.render_mode is not None:
             raise ConfigError("The torch backend does not render; use env.backend=gymnasium to record videos.")
-        envs = make_torch_env(config.env_id, num_envs, device=device, **config.env_kwargs)
+        envs = make_torch_env(config.env_id, build.num_envs, device=build.device, **config.env_kwargs)
         envs.structured_observation_space = envs.single_observation_space
         envs.frame_stack = 1
         return envs
