@@ -19,13 +19,20 @@ from torch import Tensor
 from rl_lightning.config import ReplayConfig
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
-from rl_lightning.envs.make import EpisodeLog
-from rl_lightning.envs.spaces import to_env_actions
+from rl_lightning.envs.make import EpisodeLog, env_device, steps_on_device
+from rl_lightning.envs.spaces import to_env_actions, to_env_actions_tensor
 
 
 class ReplayCollector:
     """Steps a vector env with an acting function and writes every step into a replay buffer;
     keeps the env's current observation between calls and records finished episodes.
+
+    With a gymnasium or envpool env the observations cross to ``device`` once per vector step and the
+    actions back to the host as numpy arrays. With an env whose steps stay on the device (``env.backend:
+    torch``) nothing leaves torch: actions go to the env as tensors, observations, rewards and done
+    flags come back as tensors, the true next observations are the env's ``final_obs`` without any
+    per-step test of which episodes ended, and the phase's rewards and done flags cross to the buffer's
+    bookkeeping in one copy at the end of the phase (one device sync per phase, not one per step).
 
     Args:
         envs: The vector env (SAME_STEP autoreset, as ``make_vector_env`` builds it).
@@ -57,16 +64,23 @@ class ReplayCollector:
             isinstance(self.action_space, gym.spaces.Box) and self.action_space.is_bounded("both")
         ):
             raise ValueError(f"normalized_actions needs a Box action space with finite bounds: {self.action_space}.")
+        self.on_device = steps_on_device(envs)
+        if self.on_device and isinstance(self.action_space, gym.spaces.Box):
+            self.low, self.high = (
+                torch.as_tensor(bound, device=env_device(envs))
+                for bound in (self.action_space.low, self.action_space.high)
+            )
         self.episodes = EpisodeLog()
         obs, _ = envs.reset(seed=seed)
         self.obs = self._to_tensor(obs)
         # A restored buffer's streams end here: the envs start new episodes.
         buffer.end_episodes()
 
-    def _to_tensor(self, obs: np.ndarray) -> Tensor:
+    def _to_tensor(self, obs: np.ndarray | Tensor) -> Tensor:
         return torch.as_tensor(obs, device=self.device, dtype=self.buffer.obs_dtype)
 
     def _to_env(self, actions: Tensor) -> np.ndarray:
+        """Actions as a host env takes them: numpy, rescaled (``normalized_actions``) and clipped to the bounds."""
         a = actions.cpu().numpy()
         if isinstance(self.action_space, gym.spaces.Discrete):
             return to_env_actions(self.action_space, a)
@@ -74,6 +88,15 @@ class ReplayCollector:
         if self.normalized_actions:
             a = low + (a + 1.0) * 0.5 * (high - low)
         return np.clip(a, low, high)
+
+    def _to_device_env(self, actions: Tensor) -> Tensor:
+        """``_to_env`` for an env whose steps stay on the device: the same actions, as tensors there."""
+        actions = actions.to(env_device(self.envs))
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            return to_env_actions_tensor(self.action_space, actions)
+        if self.normalized_actions:
+            actions = self.low + (actions + 1.0) * 0.5 * (self.high - self.low)
+        return torch.clamp(actions, self.low, self.high)
 
     def random_actions(self, obs: Tensor) -> Tensor:
         """Uniform random actions (for the warm-up before ``learning_starts``), from torch's RNG so
@@ -99,6 +122,9 @@ class ReplayCollector:
         return warmup + num_steps
 
     def _run(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
+        if self.on_device:
+            self._run_on_device(act, num_steps)
+            return
         for _ in range(num_steps):
             actions = act(self.obs)
             next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
@@ -114,6 +140,25 @@ class ReplayCollector:
             self.episodes.record(infos)
             if self.on_episode_end is not None and done.any():
                 self.on_episode_end(done)
+
+    def _run_on_device(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
+        """``_run`` for an env whose steps stay on the device (see the class docstring). Its
+        ``final_obs`` is the observation before any autoreset for every sub-env, the true next
+        observation whether or not the episode ended."""
+        steps = []
+        for _ in range(num_steps):
+            actions = act(self.obs)
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_device_env(actions))
+            steps.append((self.obs, actions, self._to_tensor(infos["final_obs"]), rewards, terminated, truncated))
+            self.obs = self._to_tensor(next_obs)
+            self.episodes.record(infos)
+            if self.on_episode_end is not None:
+                self.on_episode_end(terminated | truncated)
+        if steps:
+            # [steps, 3, num_envs]: the phase's rewards and done flags, to the host in one copy
+            flags = torch.stack([torch.stack([r.float(), te.float(), tr.float()]) for *_, r, te, tr in steps]).cpu()
+            for (obs, actions, real_next, *_), (rewards, terminated, truncated) in zip(steps, flags, strict=True):
+                self.buffer.add(obs, actions, rewards, real_next, terminated.bool(), truncated.bool())
 
 
 class Replay:

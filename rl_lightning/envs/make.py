@@ -174,26 +174,33 @@ def eval_env_config(config: EnvConfig, render_mode: str | None) -> EnvConfig:
 
 class EpisodeLog:
     """Returns and lengths of the training episodes that ended, gathered per vector step and taken
-    out once per log step."""
+    out once per log step. Each step's statistics are kept as the env returns them (numpy arrays, or
+    tensors on the env's device) and masked when taken out, so recording never syncs with a device."""
 
     def __init__(self) -> None:
-        self.returns: list[np.ndarray] = []
-        self.lengths: list[np.ndarray] = []
+        self.steps: list[tuple[Any, Any, Any]] = []
 
     def record(self, infos: dict[str, Any]) -> None:
-        """Keep the episodes that ended in a gymnasium vector step (``infos`` as ``step`` returns it)."""
+        """Keep the episodes that ended in a vector step (``infos`` as ``step`` returns it)."""
         if (stats := episode_stats(infos)) is not None:
-            ended, returns, lengths = stats
-            self.add(returns[ended], lengths[ended])
+            self.steps.append(stats)
 
     def add(self, returns: np.ndarray, lengths: np.ndarray) -> None:
-        self.returns.append(returns)
-        self.lengths.append(lengths)
+        """Keep the returns and lengths of episodes that ended."""
+        self.steps.append((np.ones(len(returns), dtype=bool), returns, lengths))
 
     def pop(self) -> tuple[np.ndarray, np.ndarray]:
         """Returns and lengths of the episodes recorded since the last call."""
-        returns = np.concatenate(self.returns) if self.returns else np.zeros(0)
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0)
-        self.returns.clear()
-        self.lengths.clear()
+        returns, lengths = np.zeros(0), np.zeros(0)
+        if self.steps:
+            ended, returns, lengths = (_host_concat(column) for column in zip(*self.steps, strict=True))
+            returns, lengths = returns[ended], lengths[ended]
+        self.steps.clear()
         return returns, lengths
+
+
+def _host_concat(arrays: Any) -> np.ndarray:
+    """One numpy array from a step's arrays or tensors: on a device, one copy for all of them."""
+    if isinstance(arrays[0], torch.Tensor):
+        return torch.cat([torch.as_tensor(a) for a in arrays]).cpu().numpy()
+    return np.concatenate(arrays)
