@@ -19,6 +19,7 @@ from torch import Tensor
 from rl_lightning.config import ReplayConfig
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+from rl_lightning.data.experience import CollectorSide
 from rl_lightning.envs.make import EpisodeLog, env_device, steps_on_device
 from rl_lightning.envs.spaces import to_env_actions, to_env_actions_tensor
 
@@ -161,7 +162,7 @@ class ReplayCollector:
                 self.buffer.add(obs, actions, rewards, real_next, terminated.bool(), truncated.bool())
 
 
-class Replay:
+class Replay(CollectorSide):
     """The replay side of DQN, SAC, TD3 and DDPG (an ``ExperienceSide``): the buffer, the warm-up with random actions,
     collection phases, sampling and the buffer's state in checkpoints.
 
@@ -206,10 +207,6 @@ class Replay:
         self.vector_steps = 0  # taken by the last phase
         self._pending_state: dict[str, Any] | None = None
 
-    @property
-    def started(self) -> bool:
-        return self.collector is not None
-
     def start(
         self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int, graphs: UpdateGraphs
     ) -> None:
@@ -248,9 +245,6 @@ class Replay:
             self._pending_state = None
         return buffer
 
-    def stop(self) -> None:
-        self.collector = None
-
     def collect(self, act: Callable[[Tensor], Tensor]) -> None:
         """One phase into the buffer: ``train_freq`` vector steps with ``act(obs) -> actions`` (obs on the
         buffer's device), preceded by the random warm-up while the buffer holds fewer than
@@ -273,9 +267,6 @@ class Replay:
 
     def update_priorities(self, indices: Tensor, priorities: Tensor) -> None:
         self.buffer.update_priorities(indices, priorities)
-
-    def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
 
     def state_dict(self) -> dict[str, Any] | None:
         """The buffer's state where checkpoints keep it (``save_replay_buffer``), else ``None``."""
