@@ -23,15 +23,8 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import (
-    ACTION_SPACES,
-    actor_critic_forward,
-    actor_critic_rollouts,
-    build_actor_critic,
-    rollout_batches,
-    with_shared_args,
-)
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import gae_batch
 from rl_lightning.envs.make import EnvConfig
@@ -68,7 +61,7 @@ def a2c_loss(
     return A2CLoss(loss, policy_loss, value_loss, entropy_mean)
 
 
-@with_shared_args
+@on_policy.with_shared_args
 class A2C(RLModule):
     """A2C for the actions of ``on_policy.ACTION_SPACES``. The hyperparameters that mean the same in
     every on-policy algorithm (``env``, ``run``, ``anneal_lr``, ``gamma``, ...) are described once, in
@@ -86,7 +79,7 @@ class A2C(RLModule):
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP.
     """
 
-    action_spaces = ACTION_SPACES
+    action_spaces = on_policy.ACTION_SPACES
 
     def __init__(
         self,
@@ -116,18 +109,20 @@ class A2C(RLModule):
         at_least("rollouts_per_step", rollouts_per_step, 1)
         one_of("optimizer", optimizer, ("rmsprop", "adam"))
 
-    build_networks = build_actor_critic  # the actor-critic of hidden_sizes and activation, the normalizers
-    build_experience = actor_critic_rollouts  # num_steps vector steps per rollout
+    build_networks = on_policy.build_actor_critic  # ActorCritic(hidden_sizes, activation), normalizers
+    build_experience = on_policy.actor_critic_rollouts  # num_steps vector steps per rollout
 
     # ----------------------------------------------------------------------------------- acting
-    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
+    forward = on_policy.actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
         """``iterations`` rollouts (``rollouts_per_step``), each followed by one update."""
         hp = self.hparams
         opt = self.optimizers()
-        for b in rollout_batches(self, iterations, lambda rollout: gae_batch(rollout, hp.gamma, hp.gae_lambda)):
+        for b in on_policy.rollout_batches(
+            self, iterations, lambda rollout: gae_batch(rollout, hp.gamma, hp.gae_lambda)
+        ):
             out = self.run_update(self.rollout_update, b.obs, b.actions, b.advantages, b.returns)
 
         if self.should_log():  # the last update of the step

@@ -24,14 +24,8 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
+from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import (
-    ACTION_SPACES,
-    actor_critic_forward,
-    actor_critic_rollouts,
-    build_actor_critic,
-    with_shared_args,
-)
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
@@ -94,7 +88,7 @@ def ppo_loss(
     return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
 
 
-@with_shared_args
+@on_policy.with_shared_args
 class PPO(RLModule):
     """PPO for the actions of ``on_policy.ACTION_SPACES``. The hyperparameters that mean the same in
     every on-policy algorithm (``env``, ``run``, ``anneal_lr``, ``gamma``, ...) are described once, in
@@ -127,7 +121,7 @@ class PPO(RLModule):
             rollout; -1 only at the start of each rollout.
     """
 
-    action_spaces = ACTION_SPACES
+    action_spaces = on_policy.ACTION_SPACES
 
     def __init__(
         self,
@@ -174,7 +168,7 @@ class PPO(RLModule):
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
-        build_actor_critic(
+        on_policy.build_actor_critic(
             self,
             observation_space,
             action_space,
@@ -185,10 +179,10 @@ class PPO(RLModule):
 
     def build_experience(self) -> Rollouts:
         # gSDE redraws its exploration matrices from Python: its acting is not graphed
-        return actor_critic_rollouts(self, graph_act=not self.hparams.use_sde)
+        return on_policy.actor_critic_rollouts(self, graph_act=not self.hparams.use_sde)
 
     # ----------------------------------------------------------------------------------- acting
-    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
+    forward = on_policy.actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:

@@ -32,15 +32,8 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
+from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import (
-    ACTION_SPACES,
-    actor_critic_forward,
-    actor_critic_rollouts,
-    build_actor_critic,
-    rollout_batches,
-    with_shared_args,
-)
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import episode_batch
 from rl_lightning.envs.make import EnvConfig
@@ -79,7 +72,7 @@ def reinforce_loss(
 REINFORCE_RUN = dataclasses.replace(DEFAULT_RUN, total_env_steps=500_000)
 
 
-@with_shared_args
+@on_policy.with_shared_args
 class REINFORCE(RLModule):
     """REINFORCE for the actions of ``on_policy.ACTION_SPACES``. The hyperparameters that mean the same in
     every on-policy algorithm (``env``, ``run``, ``anneal_lr``, ``gamma``, ...) are described once, in
@@ -98,7 +91,7 @@ class REINFORCE(RLModule):
         hidden_sizes: Hidden layer widths of the policy (and baseline) MLP.
     """
 
-    action_spaces = ACTION_SPACES
+    action_spaces = on_policy.ACTION_SPACES
 
     def __init__(
         self,
@@ -124,12 +117,12 @@ class REINFORCE(RLModule):
         positive_or_none("max_grad_norm", max_grad_norm)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        build_actor_critic(self, observation_space, action_space, critic=self.hparams.baseline)
+        on_policy.build_actor_critic(self, observation_space, action_space, critic=self.hparams.baseline)
 
-    build_experience = actor_critic_rollouts  # num_steps vector steps per rollout
+    build_experience = on_policy.actor_critic_rollouts  # num_steps vector steps per rollout
 
     # ----------------------------------------------------------------------------------- acting
-    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
+    forward = on_policy.actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
@@ -137,7 +130,7 @@ class REINFORCE(RLModule):
         hp = self.hparams
         opt = self.optimizers()
         # the steps whose episode ends inside the rollout
-        for b in rollout_batches(self, iterations, lambda rollout: episode_batch(rollout, hp.gamma)):
+        for b in on_policy.rollout_batches(self, iterations, lambda rollout: episode_batch(rollout, hp.gamma)):
             weights = b.advantages  # G - V, or G without a baseline (V = 0)
             if hp.norm_returns and weights.shape[0] > 1:
                 weights = (weights - weights.mean()) / (weights.std() + 1e-8)
