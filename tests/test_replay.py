@@ -334,9 +334,15 @@ def test_a_torch_env_fills_the_buffer_as_the_gymnasium_env_with_the_same_states(
 
 
 @pytest.mark.parametrize(
-    ("cls", "env_id"), [(DQN, "CartPole-v1"), (SAC, "Pendulum-v1"), (TD3, "Pendulum-v1"), (DDPG, "Pendulum-v1")]
+    ("cls", "env_id", "kwargs"),
+    [
+        (DQN, "CartPole-v1", {}),
+        (SAC, "Pendulum-v1", {}),
+        (TD3, "Pendulum-v1", {"noise_type": "ornstein_uhlenbeck"}),  # reset per episode from a device mask
+        (DDPG, "Pendulum-v1", {}),
+    ],
 )
-def test_off_policy_algorithms_train_on_torch_envs_without_numpy(monkeypatch, cls, env_id):
+def test_off_policy_algorithms_train_on_torch_envs_without_numpy(monkeypatch, cls, env_id, kwargs):
     def numpy_path(*args):
         raise AssertionError("the numpy path of ReplayCollector ran on a torch env")
 
@@ -351,6 +357,7 @@ def test_off_policy_algorithms_train_on_torch_envs_without_numpy(monkeypatch, cl
         run=RunConfig(total_env_steps=256, env_steps_per_epoch=256, eval_episodes=1),
         replay=ReplayConfig(buffer_size=1000, batch_size=16, learning_starts=64),
         hidden_sizes=(16,),
+        **kwargs,
     )
     quick_trainer().fit(model)
     assert sum(on_device_steps) == model.replay.buffer.num_adds == 128 and model.env_steps == 256

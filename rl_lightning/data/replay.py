@@ -156,10 +156,12 @@ class ReplayCollector:
             if self.on_episode_end is not None:
                 self.on_episode_end(terminated | truncated)
         if steps:
-            # [steps, 3, num_envs]: the phase's rewards and done flags, to the host in one copy
-            flags = torch.stack([torch.stack([r.float(), te.float(), tr.float()]) for *_, r, te, tr in steps]).cpu()
-            for (obs, actions, real_next, *_), (rewards, terminated, truncated) in zip(steps, flags, strict=True):
-                self.buffer.add(obs, actions, rewards, real_next, terminated.bool(), truncated.bool())
+            # [3, steps, num_envs]: the phase's rewards and done flags, to the host in one copy
+            _, _, _, rewards, terminated, truncated = zip(*steps, strict=True)
+            flags = torch.stack([torch.stack(x).float() for x in (rewards, terminated, truncated)]).cpu()
+            rewards, dones = flags[0], flags[1:].bool()
+            for t, (obs, actions, real_next, *_) in enumerate(steps):
+                self.buffer.add(obs, actions, rewards[t], real_next, dones[0, t], dones[1, t])
 
 
 class Replay(CollectorSide):
