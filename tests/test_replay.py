@@ -362,3 +362,21 @@ def test_off_policy_algorithms_train_on_torch_envs_without_numpy(monkeypatch, cl
     quick_trainer().fit(model)
     assert sum(on_device_steps) == model.replay.buffer.num_adds == 128 and model.env_steps == 256
     assert model.trainer.global_step > 0
+
+
+def test_random_play_on_torch_cartpole_ends_episodes_as_gymnasium_does():
+    """The same dynamics, resets and time limit in distribution: episode lengths of uniformly random play
+    collected into a replay buffer agree in mean (within 4 standard errors) between the backends."""
+    lengths = {}
+    for backend in ("gymnasium", "torch"):
+        envs = make_vector_env(EnvConfig("CartPole-v1", num_envs=32, backend=backend))
+        buf = ReplayBuffer(20_000, 32, envs.single_observation_space, envs.single_action_space, seed=0)
+        collector = ReplayCollector(envs, buf, torch.device("cpu"), seed=0)
+        collector.collect(collector.random_actions, 300)
+        lengths[backend] = collector.episodes.pop()[1].astype(float)
+        assert int(buf.dones.sum()) == len(lengths[backend])  # every episode end is stored as one
+        envs.close()
+    ref, ours = lengths["gymnasium"], lengths["torch"]
+    assert len(ref) > 300 and len(ours) > 300
+    stderr = np.sqrt(ref.var() / len(ref) + ours.var() / len(ours))
+    assert abs(ref.mean() - ours.mean()) < 4 * stderr, (ref.mean(), ours.mean(), stderr)
