@@ -40,9 +40,10 @@ class OrnsteinUhlenbeckNoise(nn.Module):
         )
         return self.state.clone()
 
-    def reset(self, ended: np.ndarray) -> None:
-        """Restart the processes of the sub-envs whose episode ended."""
-        self.state[torch.as_tensor(ended, device=self.state.device)] = 0.0
+    def reset(self, ended: np.ndarray | Tensor) -> None:
+        """Restart the processes of the sub-envs whose episode ended (a mask, numpy or a tensor on the
+        env's device: no sync with it)."""
+        self.state.masked_fill_(torch.as_tensor(ended, device=self.state.device).unsqueeze(-1), 0.0)
 
 
 def pink_sequences(shape: tuple[int, ...], seq_len: int, generator: torch.Generator | None = None) -> Tensor:

@@ -88,6 +88,28 @@ def test_no_module_outside_envs_branches_on_an_env_backend():
     assert not offenders, offenders
 
 
+def test_only_the_registry_knows_the_backends():
+    """``make.py`` looks every backend up in ``envs/backends.py``'s ``BACKENDS`` and its code names none
+    (no backend's name as a string, no backend's env class or module): a fourth backend is one new
+    module implementing ``EnvBackend`` and one registry line."""
+    from rl_lightning.envs.backend import EnvBackend
+    from rl_lightning.envs.backends import BACKENDS
+
+    tree = ast.parse((PACKAGE / "envs" / "make.py").read_text())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not strings & set(BACKENDS), f"make.py names backends {strings & set(BACKENDS)}"
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    backend_specific = {"TorchVectorEnv", "EnvpoolVectorEnv", "AsyncVectorEnv", "SyncVectorEnv", "make_torch_env"}
+    assert not names & backend_specific, names & backend_specific
+    assert modules & {f"rl_lightning.envs.{m}" for m in ("torch", "envpool_backend", "gymnasium_backend")} == set()
+    for name, backend in BACKENDS.items():
+        assert isinstance(backend, EnvBackend) and backend.name == name
+    assert len({type(b).__module__ for b in BACKENDS.values()}) == len(BACKENDS), "one module per backend"
+
+
 def test_every_algorithm_builds_an_experience_side_on_the_one_protocol():
     from rl_lightning import EnvConfig
     from rl_lightning.data.experience import ExperienceSide

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from rl_lightning import DQN, EnvConfig, ReplayConfig, RunConfig
-from rl_lightning.envs.make import backend_tag, eval_env_config, make_vector_env, steps_on_device
+from rl_lightning.envs.backends import BACKENDS, backend_of
+from rl_lightning.envs.gymnasium_backend import GymnasiumBackend
+from rl_lightning.envs.make import backend_tag, env_device, eval_env_config, make_vector_env, steps_on_device
 from tests.helpers import quick_trainer
 
 STACK3 = {"class_path": "gymnasium.wrappers.FrameStackObservation", "init_args": {"stack_size": 3}}
@@ -66,3 +68,45 @@ def test_backend_specifics_live_in_envs():
     assert eval_env_config(EnvConfig("CartPole-v1", backend="envpool"), None).backend == "envpool"
     assert eval_env_config(EnvConfig("CartPole-v1", backend="envpool"), "rgb_array").backend == "gymnasium"
     assert [backend_tag(b) for b in (None, "gymnasium", "torch", "envpool")] == ["", "", "_torch", "_envpool"]
+
+
+def test_a_new_backend_is_one_class_and_one_registry_entry(monkeypatch):
+    """Registered, a backend is built, checked, evaluated, named and trained on with no other change."""
+
+    class Recording(GymnasiumBackend):
+        """gymnasium's envs under another name, recording what it was asked to build."""
+
+        name = "recording"
+        builds = []
+
+        def make(self, config, build):
+            self.builds.append(build)
+            return super().make(config, build)
+
+        def evaluation_backend(self, render_mode):
+            return "gymnasium"
+
+    monkeypatch.setitem(BACKENDS, "recording", Recording())
+    config = EnvConfig("CartPole-v1", num_envs=2, seed=0, backend="recording")
+    config.check()
+    envs = make_vector_env(config)
+    try:
+        assert envs.env_backend == "recording" and backend_of(envs) is BACKENDS["recording"]
+        assert not steps_on_device(envs) and env_device(envs) == torch.device("cpu")
+    finally:
+        envs.close()
+    assert eval_env_config(config, None).backend == "gymnasium" and backend_tag("recording") == "_recording"
+    model = DQN(
+        env=config,
+        run=RunConfig(total_env_steps=128, env_steps_per_epoch=128, eval_episodes=1),
+        replay=ReplayConfig(buffer_size=500, batch_size=16, learning_starts=64),
+        hidden_sizes=(16,),
+    )
+    quick_trainer().fit(model)
+    # this test's env and the fit's (evaluation plays gymnasium's: evaluation_backend)
+    assert model.env_steps == 128 and [b.training for b in Recording.builds] == [True, True]
+
+
+def test_an_unknown_backend_names_the_registered_ones():
+    with pytest.raises(Exception, match="env.backend must be 'gymnasium', 'torch' or 'envpool', got 'jax'"):
+        EnvConfig("CartPole-v1", backend="jax").check()

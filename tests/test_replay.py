@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+from rl_lightning import DDPG, DQN, SAC, TD3, ReplayConfig, RunConfig
 from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBuffer, SumTree, n_step_return
 from rl_lightning.data.replay import ReplayCollector
 from rl_lightning.envs.make import EnvConfig, make_vector_env
+from rl_lightning.envs.torch import make_torch_env
+from tests.helpers import quick_trainer
 
 SCALAR = gym.spaces.Box(-1e6, 1e6, (1,), np.float32)
 
@@ -262,3 +265,118 @@ def test_bad_sizes_fail_clearly():
         ReplayBuffer(8, 2, SCALAR, gym.spaces.Discrete(2), n_step=3)
     with pytest.raises(RuntimeError, match="empty"):
         ReplayBuffer(100, 1, SCALAR, gym.spaces.Discrete(2)).sample(4)
+
+
+# ------------------------------------------------------------------- torch envs (env.backend: torch)
+def count_host_copies(monkeypatch) -> list[str]:
+    """The names of the tensor methods that leave torch or the device, as they are called."""
+    calls: list[str] = []
+    for name in ("numpy", "cpu", "item", "tolist", "__array__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    return calls
+
+
+def test_collector_on_a_torch_env_never_leaves_torch(monkeypatch):
+    """Actions go to the env as tensors, and the buffer gets tensors only: one copy of the phase's
+    rewards and done flags to the host per phase, whatever its length, and no numpy at all."""
+    envs = make_torch_env("CartPole-v1", 4, max_episode_steps=5)
+    buf = ReplayBuffer(400, 4, envs.single_observation_space, envs.single_action_space, seed=0)
+    collector = ReplayCollector(envs, buf, torch.device("cpu"), seed=0)
+    assert collector.on_device
+    added, stepped = [], []
+    monkeypatch.setattr(buf, "add", lambda *args: added.append(args))
+    step = envs.step
+    monkeypatch.setattr(envs, "step", lambda actions: stepped.append(actions) or step(actions))
+    calls = count_host_copies(monkeypatch)
+    for steps in (3, 12):
+        added.clear()
+        calls.clear()
+        collector.collect(collector.random_actions, steps)
+        assert calls == ["cpu"] and len(added) == steps
+    assert all(isinstance(a, torch.Tensor) for a in stepped)
+    assert all(isinstance(x, torch.Tensor) for args in added for x in args)
+    obs, actions, rewards, next_obs, terminated, truncated = (torch.stack(x) for x in zip(*added, strict=True))
+    assert truncated.any() and rewards.dtype == torch.float32 and terminated.dtype == truncated.dtype == torch.bool
+
+
+def test_a_torch_env_fills_the_buffer_as_the_gymnasium_env_with_the_same_states():
+    """Same dynamics, same start states, same actions: the same transitions in the buffer, the time-limit
+    cut included (its final observation stored, the episode truncated, not terminated)."""
+    limit, n = 5, 2
+    gym_envs = make_vector_env(EnvConfig("Pendulum-v1", num_envs=n, env_kwargs={"max_episode_steps": limit}))
+    torch_envs = make_torch_env("Pendulum-v1", n, dtype=torch.float64, max_episode_steps=limit)
+    spaces = gym_envs.single_observation_space, gym_envs.single_action_space
+    buffers = [ReplayBuffer(100, n, *spaces, seed=0) for _ in range(2)]
+    collectors = [
+        ReplayCollector(envs, buf, torch.device("cpu"), seed=0, normalized_actions=True)
+        for envs, buf in zip((gym_envs, torch_envs), buffers, strict=True)
+    ]
+    start = np.stack([env.unwrapped.state for env in gym_envs.envs])
+    torch_envs.state.copy_(torch.as_tensor(start))
+    collectors[1].obs = torch_envs.observe(torch_envs.state).float()
+    for collector in collectors:
+        actions = iter(torch.linspace(-1.0, 1.0, 2 * limit).reshape(limit, n, 1))
+        collector.collect(lambda obs, actions=actions: next(actions), limit)
+    ours, ref = buffers[1], buffers[0]
+    torch.testing.assert_close(ours.frames[:, : limit + 1], ref.frames[:, : limit + 1])  # final obs in row 5
+    torch.testing.assert_close(ours.actions[:, :limit], ref.actions[:, :limit])
+    np.testing.assert_allclose(ours.rewards[:, :limit], ref.rewards[:, :limit], rtol=1e-6)
+    for name in ("terminated", "dones", "valid", "pos"):
+        np.testing.assert_array_equal(getattr(ours, name), getattr(ref, name))
+    assert ref.dones[:, limit - 1].all() and not ref.terminated.any()
+    gym_envs.close()
+
+
+@pytest.mark.parametrize(
+    ("cls", "env_id", "kwargs"),
+    [
+        (DQN, "CartPole-v1", {}),
+        (SAC, "Pendulum-v1", {}),
+        (TD3, "Pendulum-v1", {"noise_type": "ornstein_uhlenbeck"}),  # reset per episode from a device mask
+        (DDPG, "Pendulum-v1", {}),
+    ],
+)
+def test_off_policy_algorithms_train_on_torch_envs_without_numpy(monkeypatch, cls, env_id, kwargs):
+    def numpy_path(*args):
+        raise AssertionError("the numpy path of ReplayCollector ran on a torch env")
+
+    monkeypatch.setattr(ReplayCollector, "_to_env", numpy_path)
+    on_device_steps = []
+    run_on_device = ReplayCollector._run_on_device
+    monkeypatch.setattr(
+        ReplayCollector, "_run_on_device", lambda self, act, n: on_device_steps.append(n) or run_on_device(self, act, n)
+    )
+    model = cls(
+        env=EnvConfig(env_id, num_envs=2, seed=0, backend="torch"),
+        run=RunConfig(total_env_steps=256, env_steps_per_epoch=256, eval_episodes=1),
+        replay=ReplayConfig(buffer_size=1000, batch_size=16, learning_starts=64),
+        hidden_sizes=(16,),
+        **kwargs,
+    )
+    quick_trainer().fit(model)
+    assert sum(on_device_steps) == model.replay.buffer.num_adds == 128 and model.env_steps == 256
+    assert model.trainer.global_step > 0
+
+
+def test_random_play_on_torch_cartpole_ends_episodes_as_gymnasium_does():
+    """The same dynamics, resets and time limit in distribution: episode lengths of uniformly random play
+    collected into a replay buffer agree in mean (within 4 standard errors) between the backends."""
+    lengths = {}
+    for backend in ("gymnasium", "torch"):
+        envs = make_vector_env(EnvConfig("CartPole-v1", num_envs=32, backend=backend))
+        buf = ReplayBuffer(20_000, 32, envs.single_observation_space, envs.single_action_space, seed=0)
+        collector = ReplayCollector(envs, buf, torch.device("cpu"), seed=0)
+        collector.collect(collector.random_actions, 300)
+        lengths[backend] = collector.episodes.pop()[1].astype(float)
+        assert int(buf.dones.sum()) == len(lengths[backend])  # every episode end is stored as one
+        envs.close()
+    ref, ours = lengths["gymnasium"], lengths["torch"]
+    assert len(ref) > 300 and len(ours) > 300
+    stderr = np.sqrt(ref.var() / len(ref) + ours.var() / len(ours))
+    assert abs(ref.mean() - ours.mean()) < 4 * stderr, (ref.mean(), ours.mean(), stderr)

@@ -20,18 +20,15 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-import gymnasium as gym
 import torch
 from torch import Tensor
 
+from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.rollout import Rollouts, gae_batch
+from rl_lightning.data.rollout import gae_batch
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.envs.normalize import normalizers
 from rl_lightning.networks.mlp import Activation
-from rl_lightning.networks.policies import ActorCritic
 from rl_lightning.validation import actor_critic_loss_args, at_least, on_policy_args, one_of
 
 
@@ -64,33 +61,25 @@ def a2c_loss(
     return A2CLoss(loss, policy_loss, value_loss, entropy_mean)
 
 
+@on_policy.with_shared_args
 class A2C(RLModule):
-    """A2C for discrete (categorical), multi-discrete (factored categorical), multi-binary
-    (Bernoulli) and continuous (diagonal Gaussian) actions.
+    """A2C for the actions of ``on_policy.ACTION_SPACES``. The hyperparameters that mean the same in
+    every on-policy algorithm (``env``, ``run``, ``anneal_lr``, ``gamma``, ...) are described once, in
+    ``on_policy.SHARED_ARGS``, which ``with_shared_args`` adds to these.
 
     Args:
-        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        run: Budget (``total_env_steps``) and evaluation rhythm.
         num_steps: Steps per sub-env per rollout (the n of n-step returns); one update per rollout.
         learning_rate: Optimizer learning rate (the start value when annealed).
-        anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
-        gamma: Discount factor, in (0, 1].
         gae_lambda: GAE lambda, in [0, 1]; 1 gives n-step returns bootstrapped at the rollout end.
-        ent_coef: Entropy bonus coefficient.
         vf_coef: Value loss coefficient.
-        max_grad_norm: Global gradient-norm clipping threshold.
         norm_adv: Normalize advantages per rollout.
         optimizer: ``rmsprop`` (alpha 0.99, eps 1e-5: A3C's and SB3's) or ``adam`` (eps 1e-5).
         rollouts_per_step: Rollout-update pairs per Lightning training step (speed only: the
             updates are the same; metrics are logged per training step).
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP.
-        activation: Hidden activation of the MLPs.
-        normalize_obs: Normalize observations by running mean and std (statistics saved in
-            checkpoints, frozen outside collection; ``forward`` takes raw observations).
-        normalize_reward: Divide rewards by the running std of the discounted return (training only).
     """
 
-    action_spaces = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
+    action_spaces = on_policy.ACTION_SPACES
 
     def __init__(
         self,
@@ -120,27 +109,20 @@ class A2C(RLModule):
         at_least("rollouts_per_step", rollouts_per_step, 1)
         one_of("optimizer", optimizer, ("rmsprop", "adam"))
 
-    def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        hp = self.hparams
-        self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation)
-        self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
-
-    def build_experience(self) -> Rollouts:
-        return Rollouts(self.hparams.num_steps, self.hparams.gamma, self.obs_rms, self.return_rms)
+    build_networks = on_policy.build_actor_critic  # ActorCritic(hidden_sizes, activation), normalizers
+    build_experience = on_policy.actor_critic_rollouts  # num_steps vector steps per rollout
 
     # ----------------------------------------------------------------------------------- acting
-    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
+    forward = on_policy.actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
         """``iterations`` rollouts (``rollouts_per_step``), each followed by one update."""
         hp = self.hparams
         opt = self.optimizers()
-        for _ in self.within_budget(iterations):
-            rollout = self.collect_rollout(self.agent)
-            b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
-            if hp.anneal_lr:
-                self.anneal_learning_rate(opt, hp.learning_rate)
+        for b in on_policy.rollout_batches(
+            self, iterations, lambda rollout: gae_batch(rollout, hp.gamma, hp.gae_lambda)
+        ):
             out = self.run_update(self.rollout_update, b.obs, b.actions, b.advantages, b.returns)
 
         if self.should_log():  # the last update of the step

@@ -1,11 +1,47 @@
-"""What the on-policy actor-critics (PPO, A2C, REINFORCE) share beyond ``RLModule``: a module-level
-function each assigns as a method, so no base class stands between them and ``RLModule``."""
+"""What the on-policy actor-critics (PPO, A2C, REINFORCE) share beyond ``RLModule``: module-level
+functions and constants each uses, so no base class stands between them and ``RLModule``."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import gymnasium as gym
 from torch import Tensor
+
+from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
+from rl_lightning.envs.normalize import normalizers
+from rl_lightning.networks.policies import ActorCritic
+
+ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
+"""What PPO, A2C and REINFORCE act in: discrete (categorical), multi-discrete (factored categorical),
+multi-binary (Bernoulli) and continuous (diagonal Gaussian) actions, through ``ActorCritic``'s heads."""
+
+SHARED_ARGS = {
+    "env": "Environment to train on; ``env.num_envs`` sub-envs per rank.",
+    "run": "Budget (``total_env_steps``) and evaluation rhythm.",
+    "anneal_lr": "Anneal the learning rate linearly to 0 over ``total_env_steps``.",
+    "gamma": "Discount factor, in (0, 1].",
+    "ent_coef": "Entropy bonus coefficient.",
+    "max_grad_norm": "Global gradient-norm clipping threshold.",
+    "activation": "Hidden activation of the MLPs.",
+    "normalize_obs": "Normalize observations by running mean and std (statistics saved in checkpoints, frozen "
+    "outside collection; ``forward`` takes raw observations).",
+    "normalize_reward": "Divide rewards by the running std of the discounted return (training only).",
+}
+"""The descriptions of the hyperparameters that mean the same in each on-policy algorithm."""
+
+
+def with_shared_args(cls: type) -> type:
+    """Complete ``cls``'s ``Args:`` (its docstring's last section) with the ``SHARED_ARGS`` of the
+    ``__init__`` parameters it does not describe itself: the CLI's help reads the descriptions from the
+    docstring, so every hyperparameter stays described while the text stands here once."""
+    doc = inspect.getdoc(cls) or ""
+    described = {line.split(":")[0].strip() for line in doc.split("Args:", 1)[-1].splitlines() if ":" in line}
+    shared = [name for name in inspect.signature(cls.__init__).parameters if name in SHARED_ARGS]
+    cls.__doc__ = doc + "".join(f"\n    {name}: {SHARED_ARGS[name]}" for name in shared if name not in described)
+    return cls
 
 
 def actor_critic_forward(module: Any, obs: Tensor, deterministic: bool = True) -> Tensor:
@@ -13,3 +49,33 @@ def actor_critic_forward(module: Any, obs: Tensor, deterministic: bool = True) -
     and REINFORCE (``forward = actor_critic_forward``): ``module.agent``, an ``ActorCritic``, on the
     observations normalized by ``module.obs_rms`` (``None``: as they are)."""
     return module.agent(obs if module.obs_rms is None else module.obs_rms.normalize(obs), deterministic)
+
+
+def build_actor_critic(module: Any, observation_space: gym.Space, action_space: gym.Space, **options: Any) -> None:
+    """The ``build_networks`` of PPO, A2C and REINFORCE: ``module.agent``, an ``ActorCritic`` of the module's
+    ``hidden_sizes`` and ``activation`` (``options``: its other arguments), and the module's observation
+    and reward normalizers (``normalize_obs``, ``normalize_reward``)."""
+    hp = module.hparams
+    module.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, **options)
+    module.obs_rms, module.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
+
+
+def actor_critic_rollouts(module: Any, graph_act: bool = True) -> Rollouts:
+    """The rollout side of an on-policy algorithm (``build_experience = actor_critic_rollouts``):
+    ``num_steps`` vector steps per rollout, the module's normalizers, ``graph_act`` as ``Rollouts`` takes it."""
+    hp = module.hparams
+    return Rollouts(hp.num_steps, hp.gamma, module.obs_rms, module.return_rms, graph_act=graph_act)
+
+
+def rollout_batches(
+    module: Any, iterations: int, to_batch: Callable[[Rollout], RolloutBatch]
+) -> Iterator[RolloutBatch]:
+    """The head of A2C's and REINFORCE's training loop: ``iterations`` rollouts of ``module.agent`` (as
+    far as the budget goes), each yielded as ``to_batch(rollout)`` once the learning rate is annealed for
+    its update (``anneal_lr``)."""
+    hp, opt = module.hparams, module.optimizers()
+    for _ in module.within_budget(iterations):
+        batch = to_batch(module.collect_rollout(module.agent))
+        if hp.anneal_lr:
+            module.anneal_learning_rate(opt, hp.learning_rate)
+        yield batch

@@ -24,15 +24,13 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
+from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.data.rollout import Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
 from rl_lightning.networks.mlp import Activation
-from rl_lightning.networks.policies import ActorCritic
 from rl_lightning.validation import (
     actor_critic_loss_args,
     at_least,
@@ -90,17 +88,15 @@ def ppo_loss(
     return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
 
 
+@on_policy.with_shared_args
 class PPO(RLModule):
-    """PPO for discrete (categorical), multi-discrete (factored categorical), multi-binary
-    (Bernoulli) and continuous (diagonal Gaussian) actions.
+    """PPO for the actions of ``on_policy.ACTION_SPACES``. The hyperparameters that mean the same in
+    every on-policy algorithm (``env``, ``run``, ``anneal_lr``, ``gamma``, ...) are described once, in
+    ``on_policy.SHARED_ARGS``, which ``with_shared_args`` adds to these.
 
     Args:
-        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        run: Budget (``total_env_steps``) and evaluation rhythm.
         num_steps: Steps per sub-env per rollout; a rollout is ``num_envs * num_steps`` transitions.
         learning_rate: Adam learning rate (the start value when annealed).
-        anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
-        gamma: Discount factor, in (0, 1].
         gae_lambda: GAE lambda, in [0, 1].
         update_epochs: Passes over each rollout.
         num_minibatches: Minibatches per pass; must divide ``num_envs * num_steps``.
@@ -108,15 +104,12 @@ class PPO(RLModule):
         clip_vloss: Clip the value loss around the rollout's values (off by default, as in SB3;
             Andrychowicz et al. 2021 found it does not help).
         norm_adv: Normalize advantages per minibatch.
-        ent_coef: Entropy bonus coefficient.
         vf_coef: Value loss coefficient, on half the squared error (CleanRL's convention).
             Stable-Baselines3 and its zoo weight the whole squared error: their ``vf_coef`` c is 2c here.
-        max_grad_norm: Global gradient-norm clipping threshold.
         target_kl: Stop the update epochs of a rollout early once the approximate KL exceeds this
             (checked after each epoch); ``None`` never stops.
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP (vector observations;
             image observations get the shared Nature CNN instead).
-        activation: Hidden activation of the MLPs.
         orthogonal_init: Orthogonal initialization (the PPO convention of baselines, SB3 and CleanRL);
             ``False`` keeps PyTorch's default (SB3's ``ortho_init=False``, which its MuJoCo configs use).
         log_std_init: Initial log standard deviation of the Gaussian policy (continuous actions); with
@@ -126,12 +119,9 @@ class PPO(RLModule):
             the start of each rollout, instead of independent noise every step.
         sde_sample_freq: With ``use_sde``: env steps between new exploration matrices within a
             rollout; -1 only at the start of each rollout.
-        normalize_obs: Normalize observations by running mean and std (statistics saved in
-            checkpoints, frozen outside collection; ``forward`` takes raw observations).
-        normalize_reward: Divide rewards by the running std of the discounted return (training only).
     """
 
-    action_spaces = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
+    action_spaces = on_policy.ACTION_SPACES
 
     def __init__(
         self,
@@ -178,23 +168,21 @@ class PPO(RLModule):
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
-        self.agent = ActorCritic(
+        on_policy.build_actor_critic(
+            self,
             observation_space,
             action_space,
-            hp.hidden_sizes,
-            hp.activation,
             orthogonal_init=hp.orthogonal_init,
             log_std_init=hp.log_std_init,
             sde_sample_freq=hp.sde_sample_freq if hp.use_sde else None,
         )
-        self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
 
     def build_experience(self) -> Rollouts:
-        hp = self.hparams  # gSDE redraws its exploration matrices from Python: its acting is not graphed
-        return Rollouts(hp.num_steps, hp.gamma, self.obs_rms, self.return_rms, graph_act=not hp.use_sde)
+        # gSDE redraws its exploration matrices from Python: its acting is not graphed
+        return on_policy.actor_critic_rollouts(self, graph_act=not self.hparams.use_sde)
 
     # ----------------------------------------------------------------------------------- acting
-    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
+    forward = on_policy.actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:

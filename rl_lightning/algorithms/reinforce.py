@@ -32,14 +32,12 @@ import gymnasium as gym
 import torch
 from torch import Tensor
 
+from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
-from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.rollout import Rollouts, episode_batch
+from rl_lightning.data.rollout import episode_batch
 from rl_lightning.envs.make import EnvConfig
-from rl_lightning.envs.normalize import normalizers
 from rl_lightning.networks.mlp import Activation
-from rl_lightning.networks.policies import ActorCritic
 from rl_lightning.validation import non_negative, on_policy_args, positive_or_none
 
 
@@ -74,18 +72,16 @@ def reinforce_loss(
 REINFORCE_RUN = dataclasses.replace(DEFAULT_RUN, total_env_steps=500_000)
 
 
+@on_policy.with_shared_args
 class REINFORCE(RLModule):
-    """REINFORCE for discrete (categorical), multi-discrete (factored categorical), multi-binary
-    (Bernoulli) and continuous (diagonal Gaussian) actions.
+    """REINFORCE for the actions of ``on_policy.ACTION_SPACES``. The hyperparameters that mean the same in
+    every on-policy algorithm (``env``, ``run``, ``anneal_lr``, ``gamma``, ...) are described once, in
+    ``on_policy.SHARED_ARGS``, which ``with_shared_args`` adds to these.
 
     Args:
-        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        run: Budget (``total_env_steps``) and evaluation rhythm.
         num_steps: Steps per sub-env per rollout; one update per rollout. Make it a few episodes
             long: steps whose episode does not end inside the rollout are dropped.
         learning_rate: Adam learning rate (the start value when annealed).
-        anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
-        gamma: Discount factor, in (0, 1].
         baseline: Learn a state-value baseline V(s) and weight log-probabilities by ``G - V(s)``;
             ``False`` is Williams' plain REINFORCE (then nothing bootstraps a time limit: the
             last steps of an episode cut by it get small returns, as if they had failed).
@@ -93,13 +89,9 @@ class REINFORCE(RLModule):
         vf_coef: Value loss coefficient (with ``baseline``).
         max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
         hidden_sizes: Hidden layer widths of the policy (and baseline) MLP.
-        activation: Hidden activation of the MLPs.
-        normalize_obs: Normalize observations by running mean and std (statistics saved in
-            checkpoints, frozen outside collection; ``forward`` takes raw observations).
-        normalize_reward: Divide rewards by the running std of the discounted return (training only).
     """
 
-    action_spaces = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
+    action_spaces = on_policy.ACTION_SPACES
 
     def __init__(
         self,
@@ -125,26 +117,20 @@ class REINFORCE(RLModule):
         positive_or_none("max_grad_norm", max_grad_norm)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
-        hp = self.hparams
-        self.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, critic=hp.baseline)
-        self.obs_rms, self.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
+        on_policy.build_actor_critic(self, observation_space, action_space, critic=self.hparams.baseline)
 
-    def build_experience(self) -> Rollouts:
-        return Rollouts(self.hparams.num_steps, self.hparams.gamma, self.obs_rms, self.return_rms)
+    build_experience = on_policy.actor_critic_rollouts  # num_steps vector steps per rollout
 
     # ----------------------------------------------------------------------------------- acting
-    forward = actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
+    forward = on_policy.actor_critic_forward  # actions for raw observations: the mode of the policy, or a sample
 
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
         """``iterations`` (always 1 here) rollouts, each followed by one gradient step."""
         hp = self.hparams
         opt = self.optimizers()
-        for _ in self.within_budget(iterations):
-            rollout = self.collect_rollout(self.agent)
-            b = episode_batch(rollout, hp.gamma)  # the steps whose episode ends inside the rollout
-            if hp.anneal_lr:
-                self.anneal_learning_rate(opt, hp.learning_rate)
+        # the steps whose episode ends inside the rollout
+        for b in on_policy.rollout_batches(self, iterations, lambda rollout: episode_batch(rollout, hp.gamma)):
             weights = b.advantages  # G - V, or G without a baseline (V = 0)
             if hp.norm_returns and weights.shape[0] > 1:
                 weights = (weights - weights.mean()) / (weights.std() + 1e-8)

@@ -167,16 +167,17 @@ class ReplayBuffer:
         self,
         obs: Tensor,
         actions: Tensor,
-        rewards: np.ndarray,
+        rewards: np.ndarray | Tensor,
         next_obs: Tensor,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
+        terminated: np.ndarray | Tensor,
+        truncated: np.ndarray | Tensor,
     ) -> None:
         """Store one vector step. ``obs``, ``next_obs`` and ``actions`` are ``[num_envs, ...]``
-        tensors on the buffer's device; rewards and done flags are ``[num_envs]`` numpy arrays, as
-        the env returns them. ``next_obs`` is the true next observation: the final one
-        (``infos["final_obs"]``) where the episode ended. ``obs`` must be the previous call's
+        tensors on the buffer's device; rewards and done flags are ``[num_envs]`` host arrays (numpy
+        as a host env returns them, or CPU tensors). ``next_obs`` is the true next observation: the
+        final one (``infos["final_obs"]``) where the episode ended. ``obs`` must be the previous call's
         ``next_obs`` except after an episode end."""
+        rewards, terminated, truncated = (np.asarray(x) for x in (rewards, terminated, truncated))
         e, p, k = self._envs, self.pos, self.frame_stack
         done = np.logical_or(terminated, truncated)
         # Row p: this step. Row p + 1: the next observation; without an episode end it is also the

@@ -70,6 +70,24 @@ class ExperienceSide(Protocol[Collected]):
         ...
 
 
+class CollectorSide:
+    """What both experience sides share around their collector (``RolloutCollector``, ``ReplayCollector``):
+    started while they hold one, stopped by letting it go, the episode statistics its ``episodes`` log
+    gathered. A subclass sets ``collector`` in ``start``."""
+
+    collector: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self.collector is not None
+
+    def stop(self) -> None:
+        self.collector = None
+
+    def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
+
+
 def collect_from(module: Any, policy: Any, max_restarts: int) -> Any:
     """``RLModule.collect``: one ``collect(policy)`` of the module's experience side, started on the rank's
     envs at the first call (seeded with ``module.rank_seed``), the env steps counted (all ranks). An

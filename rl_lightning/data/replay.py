@@ -19,13 +19,21 @@ from torch import Tensor
 from rl_lightning.config import ReplayConfig
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
-from rl_lightning.envs.make import EpisodeLog
-from rl_lightning.envs.spaces import to_env_actions
+from rl_lightning.data.experience import CollectorSide
+from rl_lightning.envs.make import EpisodeLog, env_device, steps_on_device
+from rl_lightning.envs.spaces import to_env_actions, to_env_actions_tensor
 
 
 class ReplayCollector:
     """Steps a vector env with an acting function and writes every step into a replay buffer;
     keeps the env's current observation between calls and records finished episodes.
+
+    With a gymnasium or envpool env the observations cross to ``device`` once per vector step and the
+    actions back to the host as numpy arrays. With an env whose steps stay on the device (``env.backend:
+    torch``) nothing leaves torch: actions go to the env as tensors, observations, rewards and done
+    flags come back as tensors, the true next observations are the env's ``final_obs`` without any
+    per-step test of which episodes ended, and the phase's rewards and done flags cross to the buffer's
+    bookkeeping in one copy at the end of the phase (one device sync per phase, not one per step).
 
     Args:
         envs: The vector env (SAME_STEP autoreset, as ``make_vector_env`` builds it).
@@ -57,16 +65,23 @@ class ReplayCollector:
             isinstance(self.action_space, gym.spaces.Box) and self.action_space.is_bounded("both")
         ):
             raise ValueError(f"normalized_actions needs a Box action space with finite bounds: {self.action_space}.")
+        self.on_device = steps_on_device(envs)
+        if self.on_device and isinstance(self.action_space, gym.spaces.Box):
+            self.low, self.high = (
+                torch.as_tensor(bound, device=env_device(envs))
+                for bound in (self.action_space.low, self.action_space.high)
+            )
         self.episodes = EpisodeLog()
         obs, _ = envs.reset(seed=seed)
         self.obs = self._to_tensor(obs)
         # A restored buffer's streams end here: the envs start new episodes.
         buffer.end_episodes()
 
-    def _to_tensor(self, obs: np.ndarray) -> Tensor:
+    def _to_tensor(self, obs: np.ndarray | Tensor) -> Tensor:
         return torch.as_tensor(obs, device=self.device, dtype=self.buffer.obs_dtype)
 
     def _to_env(self, actions: Tensor) -> np.ndarray:
+        """Actions as a host env takes them: numpy, rescaled (``normalized_actions``) and clipped to the bounds."""
         a = actions.cpu().numpy()
         if isinstance(self.action_space, gym.spaces.Discrete):
             return to_env_actions(self.action_space, a)
@@ -74,6 +89,15 @@ class ReplayCollector:
         if self.normalized_actions:
             a = low + (a + 1.0) * 0.5 * (high - low)
         return np.clip(a, low, high)
+
+    def _to_device_env(self, actions: Tensor) -> Tensor:
+        """``_to_env`` for an env whose steps stay on the device: the same actions, as tensors there."""
+        actions = actions.to(env_device(self.envs))
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            return to_env_actions_tensor(self.action_space, actions)
+        if self.normalized_actions:
+            actions = self.low + (actions + 1.0) * 0.5 * (self.high - self.low)
+        return torch.clamp(actions, self.low, self.high)
 
     def random_actions(self, obs: Tensor) -> Tensor:
         """Uniform random actions (for the warm-up before ``learning_starts``), from torch's RNG so
@@ -99,6 +123,9 @@ class ReplayCollector:
         return warmup + num_steps
 
     def _run(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
+        if self.on_device:
+            self._run_on_device(act, num_steps)
+            return
         for _ in range(num_steps):
             actions = act(self.obs)
             next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
@@ -115,8 +142,29 @@ class ReplayCollector:
             if self.on_episode_end is not None and done.any():
                 self.on_episode_end(done)
 
+    def _run_on_device(self, act: Callable[[Tensor], Tensor], num_steps: int) -> None:
+        """``_run`` for an env whose steps stay on the device (see the class docstring). Its
+        ``final_obs`` is the observation before any autoreset for every sub-env, the true next
+        observation whether or not the episode ended."""
+        steps = []
+        for _ in range(num_steps):
+            actions = act(self.obs)
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_device_env(actions))
+            steps.append((self.obs, actions, self._to_tensor(infos["final_obs"]), rewards, terminated, truncated))
+            self.obs = self._to_tensor(next_obs)
+            self.episodes.record(infos)
+            if self.on_episode_end is not None:
+                self.on_episode_end(terminated | truncated)
+        if steps:
+            # [3, steps, num_envs]: the phase's rewards and done flags, to the host in one copy
+            _, _, _, rewards, terminated, truncated = zip(*steps, strict=True)
+            flags = torch.stack([torch.stack(x).float() for x in (rewards, terminated, truncated)]).cpu()
+            rewards, dones = flags[0], flags[1:].bool()
+            for t, (obs, actions, real_next, *_) in enumerate(steps):
+                self.buffer.add(obs, actions, rewards[t], real_next, dones[0, t], dones[1, t])
 
-class Replay:
+
+class Replay(CollectorSide):
     """The replay side of DQN, SAC, TD3 and DDPG (an ``ExperienceSide``): the buffer, the warm-up with random actions,
     collection phases, sampling and the buffer's state in checkpoints.
 
@@ -161,10 +209,6 @@ class Replay:
         self.vector_steps = 0  # taken by the last phase
         self._pending_state: dict[str, Any] | None = None
 
-    @property
-    def started(self) -> bool:
-        return self.collector is not None
-
     def start(
         self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int, graphs: UpdateGraphs
     ) -> None:
@@ -203,9 +247,6 @@ class Replay:
             self._pending_state = None
         return buffer
 
-    def stop(self) -> None:
-        self.collector = None
-
     def collect(self, act: Callable[[Tensor], Tensor]) -> None:
         """One phase into the buffer: ``train_freq`` vector steps with ``act(obs) -> actions`` (obs on the
         buffer's device), preceded by the random warm-up while the buffer holds fewer than
@@ -228,9 +269,6 @@ class Replay:
 
     def update_priorities(self, indices: Tensor, priorities: Tensor) -> None:
         self.buffer.update_priorities(indices, priorities)
-
-    def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
 
     def state_dict(self) -> dict[str, Any] | None:
         """The buffer's state where checkpoints keep it (``save_replay_buffer``), else ``None``."""

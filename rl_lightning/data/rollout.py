@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning.cuda_graphs import GraphedUpdate, UpdateGraphs
+from rl_lightning.data.experience import CollectorSide
 from rl_lightning.envs.make import EpisodeLog, episode_stats, steps_on_device
 from rl_lightning.envs.normalize import RunningMeanStd
 from rl_lightning.envs.spaces import action_dtype, action_shape, to_env_actions
@@ -350,7 +351,7 @@ class GraphedPolicy(NamedTuple):
     value: Callable[[Tensor], Tensor]
 
 
-class Rollouts:
+class Rollouts(CollectorSide):
     """The rollout side of PPO, A2C and REINFORCE (an ``ExperienceSide``): what one rollout is and,
     once started on a rank's envs, the ``RolloutCollector`` that steps them. Built with the networks
     (no env needed); started by the module's first collection, after a checkpoint has been restored and
@@ -384,10 +385,6 @@ class Rollouts:
         self.graphs: UpdateGraphs | None = None
         self.vector_steps = 0
 
-    @property
-    def started(self) -> bool:
-        return self.collector is not None
-
     def start(
         self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int, graphs: UpdateGraphs
     ) -> None:
@@ -395,9 +392,6 @@ class Rollouts:
         self.collector = RolloutCollector(
             envs, self.num_steps, device, seed, self.obs_rms, self.return_rms, self.gamma, graphs.enabled
         )
-
-    def stop(self) -> None:
-        self.collector = None
 
     def collect(self, policy: Policy) -> Rollout:
         """One rollout of ``policy``."""
@@ -407,9 +401,6 @@ class Rollouts:
             policy = GraphedPolicy(self.graphs.graphed_fn(policy.act, "act"), policy.value)
         self.vector_steps = self.num_steps
         return self.collector.rollout(policy)
-
-    def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
 
     def state_dict(self) -> None:
         return None

@@ -44,13 +44,17 @@ import functools
 import os
 import re
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from rl_lightning.envs.atari import FRAME_STACK, is_atari, register_ale
+from rl_lightning.envs.backend import Build, EnvBackend
 from rl_lightning.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rl_lightning.envs.make import EnvConfig
 
 ATARI_FRAME_SKIP = 4
 STICKY_ACTIONS_V5 = 0.25  # gymnasium's ALE/*-v5 default (Machado et al. 2018)
@@ -109,6 +113,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
     docstring for what it keeps and what differs."""
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    env_backend = "envpool"
 
     def __init__(self, env_id: str, num_envs: int, env_kwargs: dict[str, Any], training: bool = True) -> None:
         self.env_id = env_id
@@ -187,3 +192,27 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.pool.close()
+
+
+class EnvpoolBackend(EnvBackend):
+    """envpool's envs (``EnvpoolVectorEnv``); see the module docstring."""
+
+    name = "envpool"
+
+    def check_env_id(self, env_id: str) -> None:
+        envpool_task(env_id)
+
+    def make(self, config: EnvConfig, build: Build) -> gym.vector.VectorEnv:
+        if build.render_mode is not None or config.wrappers:
+            raise ConfigError(
+                "The envpool backend neither renders nor takes env.wrappers (its envs are C++); use "
+                "env.backend=gymnasium for videos and wrappers."
+            )
+        envs = EnvpoolVectorEnv(config.env_id, build.num_envs, config.env_kwargs, training=build.training)
+        envs.structured_observation_space = envs.single_observation_space
+        envs.frame_stack = FRAME_STACK if envs.atari else 1  # envpool stacks Atari frames itself
+        return envs
+
+    def evaluation_backend(self, render_mode: str | None) -> str:
+        """envpool's env, or gymnasium's to render (envpool does not)."""
+        return "gymnasium" if render_mode else self.name

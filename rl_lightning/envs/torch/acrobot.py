@@ -27,14 +27,7 @@ def wrap(x: Tensor, m: float, M: float) -> Tensor:
 
 
 class Acrobot(TorchVectorEnv):
-    """Batched Acrobot-v1.
-
-    Args:
-        num_envs: Sub-environments stepped together.
-        device: Where the state lives and every returned tensor is.
-        dtype: Dtype of the state and rewards (``torch.float64`` for gymnasium's own arithmetic).
-        max_episode_steps: Time limit; ``None`` = the registered 500.
-    """
+    """Batched Acrobot-v1 (arguments of ``TorchVectorEnv``, time limit 500 by default)."""
 
     env_id = "Acrobot-v1"
     dt = 0.2
@@ -48,17 +41,12 @@ class Acrobot(TorchVectorEnv):
     MAX_VEL_2 = 9 * pi
     AVAIL_TORQUE = (-1.0, 0.0, 1.0)
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-    ) -> None:
+    def make_observation_space(self) -> spaces.Box:
         high = np.array([1.0, 1.0, 1.0, 1.0, self.MAX_VEL_1, self.MAX_VEL_2], dtype=np.float32)
-        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
-        self.single_action_space = spaces.Discrete(3)
-        super().__init__(num_envs, device, dtype, max_episode_steps)
+        return spaces.Box(-high, high, dtype=np.float32)
+
+    def make_action_space(self) -> spaces.Space:
+        return spaces.Discrete(3)
 
     def initial_state(self) -> Tensor:
         # gymnasium casts the initial state to float32, whatever it computes in later.

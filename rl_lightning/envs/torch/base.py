@@ -46,9 +46,10 @@ class TorchVectorEnv(gym.vector.VectorEnv):
     """Base class of the torch-native vector envs; see the module docstring.
 
     Subclasses set ``env_id`` (the gymnasium id they reproduce, whose registered
-    ``max_episode_steps`` is the default time limit), build ``single_observation_space`` and
-    ``single_action_space`` in ``__init__`` before calling ``super().__init__``, and implement
-    ``initial_state``, ``dynamics`` and ``observe``.
+    ``max_episode_steps`` is the default time limit) and implement ``make_observation_space``,
+    ``make_action_space``, ``initial_state``, ``dynamics`` and ``observe``. The gymnasium env's own
+    keyword arguments (``sutton_barto_reward``, ``g``, ...) are keyword-only arguments of the
+    subclass's ``__init__``, set as attributes before this one runs.
 
     Args:
         num_envs: Sub-environments stepped together.
@@ -59,11 +60,12 @@ class TorchVectorEnv(gym.vector.VectorEnv):
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+    env_backend = "torch"  # its steps stay on ``device`` (``rl_lightning.envs.backends``)
     env_id: str
 
     def __init__(
         self,
-        num_envs: int,
+        num_envs: int = 1,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         max_episode_steps: int | None = None,
@@ -71,6 +73,8 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}.")
         self.num_envs = num_envs
+        self.single_observation_space = self.make_observation_space()
+        self.single_action_space = self.make_action_space()
         self.device = torch.device(device)
         self.dtype = dtype
         registered = gym.spec(self.env_id)
@@ -87,6 +91,14 @@ class TorchVectorEnv(gym.vector.VectorEnv):
         self._needs_reset = True
 
     # ---------------------------------------------------------------- what a subclass describes
+    def make_observation_space(self) -> gym.spaces.Box:
+        """One sub-env's observation space, as gymnasium's env has it."""
+        raise NotImplementedError
+
+    def make_action_space(self) -> gym.Space:
+        """One sub-env's action space, as gymnasium's env has it."""
+        raise NotImplementedError
+
     def initial_state(self) -> Tensor:
         """Fresh initial states ``[num_envs, state_dim]`` drawn from ``self.generator``."""
         raise NotImplementedError

@@ -8,6 +8,7 @@ State layout as gymnasium's ``env.unwrapped.state``: ``[x, x_dot, theta, theta_d
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,13 +19,9 @@ from rl_lightning.envs.torch.base import TorchVectorEnv
 
 
 class CartPole(TorchVectorEnv):
-    """Batched CartPole-v1.
+    """Batched CartPole-v1 (arguments of ``TorchVectorEnv``, time limit 500 by default).
 
     Args:
-        num_envs: Sub-environments stepped together.
-        device: Where the state lives and every returned tensor is.
-        dtype: Dtype of the state and rewards (``torch.float64`` for gymnasium's own arithmetic).
-        max_episode_steps: Time limit; ``None`` = the registered 500.
         sutton_barto_reward: Reward 0 per step and -1 on termination instead of +1 per step.
     """
 
@@ -40,19 +37,16 @@ class CartPole(TorchVectorEnv):
     theta_threshold_radians = 12 * 2 * math.pi / 360
     x_threshold = 2.4
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-        sutton_barto_reward: bool = False,
-    ) -> None:
+    def __init__(self, *args: Any, sutton_barto_reward: bool = False, **kwargs: Any) -> None:
         self.sutton_barto_reward = sutton_barto_reward
+        super().__init__(*args, **kwargs)
+
+    def make_observation_space(self) -> spaces.Box:
         high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf], dtype=np.float32)
-        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
-        self.single_action_space = spaces.Discrete(2)
-        super().__init__(num_envs, device, dtype, max_episode_steps)
+        return spaces.Box(-high, high, dtype=np.float32)
+
+    def make_action_space(self) -> spaces.Space:
+        return spaces.Discrete(2)
 
     def initial_state(self) -> Tensor:
         return self.uniform(-0.05, 0.05, 4)

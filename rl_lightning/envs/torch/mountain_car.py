@@ -9,6 +9,8 @@ continuous_mountain_car}.py. State layout as gymnasium's: ``[position, velocity]
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -18,13 +20,10 @@ from rl_lightning.envs.torch.base import TorchVectorEnv
 
 
 class MountainCar(TorchVectorEnv):
-    """Batched MountainCar-v0 (three actions: push left, none, push right).
+    """Batched MountainCar-v0, three actions: push left, none, push right (arguments of
+    ``TorchVectorEnv``, time limit 200 by default).
 
     Args:
-        num_envs: Sub-environments stepped together.
-        device: Where the state lives and every returned tensor is.
-        dtype: Dtype of the state and rewards (``torch.float64`` for gymnasium's own arithmetic).
-        max_episode_steps: Time limit; ``None`` = the registered 200.
         goal_velocity: Minimum velocity at the goal position for the episode to end.
     """
 
@@ -36,20 +35,14 @@ class MountainCar(TorchVectorEnv):
     force = 0.001
     gravity = 0.0025
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-        goal_velocity: float = 0.0,
-    ) -> None:
+    def __init__(self, *args: Any, goal_velocity: float = 0.0, **kwargs: Any) -> None:
         self.goal_velocity = goal_velocity
+        super().__init__(*args, **kwargs)
+
+    def make_observation_space(self) -> spaces.Box:
         low = np.array([self.min_position, -self.max_speed], dtype=np.float32)
         high = np.array([self.max_position, self.max_speed], dtype=np.float32)
-        self.single_observation_space = spaces.Box(low, high, dtype=np.float32)
-        self.single_action_space = self.make_action_space()
-        super().__init__(num_envs, device, dtype, max_episode_steps)
+        return spaces.Box(low, high, dtype=np.float32)
 
     def make_action_space(self) -> spaces.Space:
         return spaces.Discrete(3)
@@ -78,15 +71,8 @@ class MountainCar(TorchVectorEnv):
 
 
 class MountainCarContinuous(MountainCar):
-    """Batched MountainCarContinuous-v0 (one force in [-1, 1]).
-
-    Args:
-        num_envs: Sub-environments stepped together.
-        device: Where the state lives and every returned tensor is.
-        dtype: Dtype of the state and rewards (``torch.float64`` for gymnasium's own arithmetic).
-        max_episode_steps: Time limit; ``None`` = the registered 999.
-        goal_velocity: Minimum velocity at the goal position for the episode to end.
-    """
+    """Batched MountainCarContinuous-v0, one force in [-1, 1] (arguments of ``MountainCar``, time
+    limit 999 by default)."""
 
     env_id = "MountainCarContinuous-v0"
     goal_position = 0.45

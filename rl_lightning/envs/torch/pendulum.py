@@ -9,6 +9,7 @@ State layout as gymnasium's ``env.unwrapped.state``: ``[theta, theta_dot]``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,13 +25,9 @@ def angle_normalize(x: Tensor) -> Tensor:
 
 
 class Pendulum(TorchVectorEnv):
-    """Batched Pendulum-v1.
+    """Batched Pendulum-v1 (arguments of ``TorchVectorEnv``, time limit 200 by default).
 
     Args:
-        num_envs: Sub-environments stepped together.
-        device: Where the state lives and every returned tensor is.
-        dtype: Dtype of the state and rewards (``torch.float64`` for gymnasium's own arithmetic).
-        max_episode_steps: Time limit; ``None`` = the registered 200.
         g: Gravitational acceleration.
     """
 
@@ -41,19 +38,16 @@ class Pendulum(TorchVectorEnv):
     m = 1.0
     l = 1.0  # noqa: E741 (gymnasium's name)
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int | None = None,
-        g: float = 10.0,
-    ) -> None:
+    def __init__(self, *args: Any, g: float = 10.0, **kwargs: Any) -> None:
         self.g = g
+        super().__init__(*args, **kwargs)
+
+    def make_observation_space(self) -> spaces.Box:
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
-        self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)
-        self.single_action_space = spaces.Box(-self.max_torque, self.max_torque, (1,), dtype=np.float32)
-        super().__init__(num_envs, device, dtype, max_episode_steps)
+        return spaces.Box(-high, high, dtype=np.float32)
+
+    def make_action_space(self) -> spaces.Space:
+        return spaces.Box(-self.max_torque, self.max_torque, (1,), dtype=np.float32)
 
     def initial_state(self) -> Tensor:
         return torch.stack([self.uniform(-math.pi, math.pi), self.uniform(-1.0, 1.0)], -1)
