@@ -1,0 +1,139 @@
+"""C51: categorical distributional DQN.
+
+Bellemare, Dabney, Munos 2017, "A Distributional Perspective on Reinforcement Learning"
+(https://arxiv.org/abs/1707.06887). The Q-network outputs, per action, the logits of a distribution
+of returns on ``n_atoms`` fixed atoms ``z_i`` evenly spaced on ``[v_min, v_max]``; ``Q(s, a)`` is its
+mean. The target distribution of ``r + gamma^n Z(s', a*)`` is projected back onto the atoms
+(``categorical_projection``) and the loss is the cross-entropy to it (``categorical_loss``), which
+prioritized replay also uses as priority (as Rainbow and Dopamine do).
+
+Everything else is DQN's (``dqn.py``): collection, epsilon or noisy exploration, target updates,
+double Q (``a*`` chosen by the online network's means), dueling (per atom, on the logits), n-step
+returns and prioritized replay. With all of them on it is Rainbow (Hessel et al. 2018):
+``configs/rainbow/``. DQN's ``loss`` option does not apply (the loss is the cross-entropy).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rl_lightning.algorithms.dqn import DQN, DQN_REPLAY, dqn_arguments, of_actions
+from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig
+from rl_lightning.data.buffers import ReplayBatch
+from rl_lightning.envs.make import EnvConfig
+from rl_lightning.errors import check
+from rl_lightning.networks.mlp import Activation
+from rl_lightning.validation import at_least
+
+
+def categorical_projection(
+    next_probs: Tensor, support: Tensor, rewards: Tensor, discounts: Tensor, terminated: Tensor
+) -> Tensor:
+    """The distribution of ``r + discount * (1 - terminated) * Z`` projected onto ``support``.
+
+    ``next_probs`` ``[B, N]`` are the probabilities of ``Z(s', a*)`` on the ``N`` evenly spaced atoms of
+    ``support``; ``rewards``, ``discounts`` (``gamma^n``) and ``terminated`` are ``[B]``. Each shifted atom
+    ``Tz_j``, clipped to ``[v_min, v_max]``, splits its probability between the two atoms around it in
+    proportion to its closeness (all of it to an atom it falls on). A terminal transition puts all
+    mass at ``r``.
+    """
+    n_atoms = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    shifted = rewards[:, None] + (discounts * (1.0 - terminated))[:, None] * support[None, :]
+    position = ((shifted.clamp(v_min, v_max) - v_min) / ((v_max - v_min) / (n_atoms - 1))).clamp(0, n_atoms - 1)
+    lower, upper = position.floor(), position.ceil()
+    projected = torch.zeros_like(next_probs)
+    # An atom that falls exactly on z_l (lower == upper) gives it all its mass.
+    projected.scatter_add_(1, lower.long(), next_probs * (upper - position + (lower == upper).float()))
+    projected.scatter_add_(1, upper.long(), next_probs * (position - lower))
+    return projected
+
+
+def categorical_loss(logits: Tensor, target_probs: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+    """``mean(w * H(target, softmax(logits)))``, the cross-entropy of ``[B, N]`` logits to the projected
+    target distribution; returns ``(loss, per-sample cross-entropies)``."""
+    cross_entropy = -(target_probs * torch.log_softmax(logits, -1)).sum(-1)
+    return (weights * cross_entropy).mean(), cross_entropy.detach()
+
+
+class C51(DQN):
+    """Categorical distributional DQN (C51) for discrete actions; DQN's options all apply.
+
+    Args:
+        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
+        run: Budget (``total_env_steps``) and evaluation rhythm.
+        replay: Replay buffer, warm-up and the rhythm of collection phases and gradient steps.
+        learning_rate: Adam learning rate.
+        gamma: Discount factor, in (0, 1].
+        target_network_frequency: Env steps (all ranks) between target-network updates.
+        tau: Target update coefficient: 1.0 copies the online network (hard update), smaller values
+            average it in (Polyak).
+        start_e: Exploration epsilon at the start; ``None``: 1.0, or 0.0 with ``noisy``.
+        end_e: Exploration epsilon after the decay; ``None``: 0.05, or 0.0 with ``noisy``.
+        exploration_fraction: Fraction of ``total_env_steps`` over which epsilon decays linearly.
+        double_q: Bootstrap from the action the online network's mean values choose.
+        dueling: Use a dueling head (value and advantage streams per atom).
+        n_step: Steps of the n-step return (1 = one-step TD).
+        prioritized_replay: Use proportional prioritized replay (priority: the cross-entropy).
+        prioritized_replay_alpha: Priority exponent alpha.
+        prioritized_replay_beta: Initial importance-sampling exponent, annealed linearly to 1 over
+            ``total_env_steps``.
+        noisy: Factorized Gaussian noisy linear layers (NoisyNet, sigma0 0.5) explore instead of
+            epsilon (which is then 0 unless given).
+        max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
+        adam_eps: Adam's epsilon (Rainbow: 1.5e-4).
+        hidden_sizes: Hidden widths of the MLP Q-network (vector observations only).
+        activation: Hidden activation of the MLP.
+        n_atoms: Atoms of the return distribution.
+        v_min: Lowest atom.
+        v_max: Highest atom.
+    """
+
+    def __init__(
+        self,
+        env: EnvConfig | None = None,
+        run: RunConfig = DEFAULT_RUN,
+        replay: ReplayConfig = DQN_REPLAY,
+        learning_rate: float = 1e-4,
+        gamma: float = 0.99,
+        target_network_frequency: int = 10_000,
+        tau: float = 1.0,
+        start_e: float | None = None,
+        end_e: float | None = None,
+        exploration_fraction: float = 0.1,
+        double_q: bool = False,
+        dueling: bool = False,
+        n_step: int = 1,
+        prioritized_replay: bool = False,
+        prioritized_replay_alpha: float = 0.6,
+        prioritized_replay_beta: float = 0.4,
+        noisy: bool = False,
+        max_grad_norm: float | None = 10.0,
+        adam_eps: float = 1e-8,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: Activation = "relu",
+        n_atoms: int = 51,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+    ) -> None:
+        super().__init__(**dqn_arguments(locals()))
+        at_least("n_atoms", n_atoms, 2)
+        check(v_min < v_max, f"v_min must be below v_max, got v_min={v_min}, v_max={v_max}.")
+        self.atoms = n_atoms
+        self.register_buffer("support", torch.linspace(v_min, v_max, n_atoms), persistent=False)
+
+    def q_values(self, outputs: Tensor) -> Tensor:
+        """The means of the distributions the logits ``[..., A, N]`` give."""
+        return (outputs.float().softmax(-1) * self.support).sum(-1)
+
+    def _target(self, batch: ReplayBatch, next_logits: Tensor) -> Tensor:
+        next_probs = of_actions(next_logits, self.next_actions(batch, next_logits)).float().softmax(-1)
+        return categorical_projection(next_probs, self.support, batch.rewards, batch.discounts, batch.terminated)
+
+    def td_loss(
+        self, obs: Tensor, actions: Tensor, target: Tensor, weights: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        logits = of_actions(self.q_net(obs), actions).float()
+        loss, cross_entropy = categorical_loss(logits, target, weights)
+        return loss, cross_entropy, self.q_values(logits.detach()).mean()
