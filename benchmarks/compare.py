@@ -3,6 +3,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
 
     python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
+    python benchmarks/compare.py --algos qrdqn --seeds 0 1 2   # QR-DQN CartPole vs sb3-contrib's QRDQN
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
@@ -100,6 +101,28 @@ SPECS: dict[str, Spec] = {
             exploration_fraction=0.08,
             exploration_final_eps=0.04,
             policy_kwargs=dict(net_arch=[256, 256]),
+        ),
+        n_envs=1,
+    ),
+    "qrdqn": Spec(  # the zoo's QR-DQN CartPole (qrdqn.yml): sb3-contrib's QRDQN
+        config="configs/qrdqn/cartpole.yaml",
+        env_id="CartPole-v1",
+        total_env_steps=50_000,
+        eval_every=5_000,
+        threshold=475,
+        sb3_algo="QRDQN",
+        sb3_kwargs=dict(
+            learning_rate=2.3e-3,
+            batch_size=64,
+            buffer_size=100_000,
+            learning_starts=1000,
+            gamma=0.99,
+            target_update_interval=10,
+            train_freq=256,
+            gradient_steps=128,
+            exploration_fraction=0.16,
+            exploration_final_eps=0.04,
+            policy_kwargs=dict(net_arch=[256, 256], n_quantiles=10),
         ),
         n_envs=1,
     ),
@@ -267,7 +290,13 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
 
         modules = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
         policy_kwargs["activation_fn"] = modules[policy_kwargs["activation_fn"]]
-    model = getattr(sb3, spec.sb3_algo)("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    if hasattr(sb3, spec.sb3_algo):
+        algo = getattr(sb3, spec.sb3_algo)
+    else:  # QRDQN: sb3-contrib
+        import sb3_contrib
+
+        algo = getattr(sb3_contrib, spec.sb3_algo)
+    model = algo("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
 
     class Clock(BaseCallback):
         def __init__(self) -> None:
