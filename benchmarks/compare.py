@@ -18,6 +18,7 @@ episodes). Needs the `bench` extra (stable-baselines3).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -101,28 +102,6 @@ SPECS: dict[str, Spec] = {
             exploration_fraction=0.08,
             exploration_final_eps=0.04,
             policy_kwargs=dict(net_arch=[256, 256]),
-        ),
-        n_envs=1,
-    ),
-    "qrdqn": Spec(  # the zoo's QR-DQN CartPole (qrdqn.yml): sb3-contrib's QRDQN
-        config="configs/qrdqn/cartpole.yaml",
-        env_id="CartPole-v1",
-        total_env_steps=50_000,
-        eval_every=5_000,
-        threshold=475,
-        sb3_algo="QRDQN",
-        sb3_kwargs=dict(
-            learning_rate=2.3e-3,
-            batch_size=64,
-            buffer_size=100_000,
-            learning_starts=1000,
-            gamma=0.99,
-            target_update_interval=10,
-            train_freq=256,
-            gradient_steps=128,
-            exploration_fraction=0.16,
-            exploration_final_eps=0.04,
-            policy_kwargs=dict(net_arch=[256, 256], n_quantiles=10),
         ),
         n_envs=1,
     ),
@@ -244,6 +223,20 @@ SPECS: dict[str, Spec] = {
         n_envs=1,
     ),
 }
+# The zoo's QR-DQN CartPole (qrdqn.yml) against sb3-contrib's QRDQN: DQN's zoo settings but for the budget,
+# the exploration fraction and the quantiles.
+SPECS["qrdqn"] = dataclasses.replace(
+    SPECS["dqn"],
+    config="configs/qrdqn/cartpole.yaml",
+    total_env_steps=50_000,
+    eval_every=5_000,
+    sb3_algo="QRDQN",
+    sb3_kwargs={
+        **SPECS["dqn"].sb3_kwargs,
+        "exploration_fraction": 0.16,
+        "policy_kwargs": dict(net_arch=[256, 256], n_quantiles=10),
+    },
+)
 
 
 # ------------------------------------------------------------------------------------------ runners
