@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rl_lightning.algorithms.dqn import DQN, DQN_REPLAY, dqn_arguments, of_actions
+from rl_lightning.algorithms.dqn import DQN, DQN_REPLAY, dqn_arguments, of_actions, with_dqn_args
 from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig
 from rl_lightning.data.buffers import ReplayBatch
 from rl_lightning.envs.make import EnvConfig
@@ -57,34 +57,16 @@ def categorical_loss(logits: Tensor, target_probs: Tensor, weights: Tensor) -> t
     return (weights * cross_entropy).mean(), cross_entropy.detach()
 
 
+@with_dqn_args
 class C51(DQN):
     """Categorical distributional DQN (C51) for discrete actions; DQN's options all apply.
 
+    Its other arguments are DQN's, described as there (``with_dqn_args`` adds them below).
+
     Args:
-        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        run: Budget (``total_env_steps``) and evaluation rhythm.
-        replay: Replay buffer, warm-up and the rhythm of collection phases and gradient steps.
-        learning_rate: Adam learning rate.
-        gamma: Discount factor, in (0, 1].
-        target_network_frequency: Env steps (all ranks) between target-network updates.
-        tau: Target update coefficient: 1.0 copies the online network (hard update), smaller values
-            average it in (Polyak).
-        start_e: Exploration epsilon at the start; ``None``: 1.0, or 0.0 with ``noisy``.
-        end_e: Exploration epsilon after the decay; ``None``: 0.05, or 0.0 with ``noisy``.
-        exploration_fraction: Fraction of ``total_env_steps`` over which epsilon decays linearly.
         double_q: Bootstrap from the action the online network's mean values choose.
         dueling: Use a dueling head (value and advantage streams per atom).
-        n_step: Steps of the n-step return (1 = one-step TD).
         prioritized_replay: Use proportional prioritized replay (priority: the cross-entropy).
-        prioritized_replay_alpha: Priority exponent alpha.
-        prioritized_replay_beta: Initial importance-sampling exponent, annealed linearly to 1 over
-            ``total_env_steps``.
-        noisy: Factorized Gaussian noisy linear layers (NoisyNet, sigma0 0.5) explore instead of
-            epsilon (which is then 0 unless given).
-        max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
-        adam_eps: Adam's epsilon (Rainbow: 1.5e-4).
-        hidden_sizes: Hidden widths of the MLP Q-network (vector observations only).
-        activation: Hidden activation of the MLP.
         n_atoms: Atoms of the return distribution.
         v_min: Lowest atom.
         v_max: Highest atom.
