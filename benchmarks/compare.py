@@ -3,6 +3,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
 
     python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
+    python benchmarks/compare.py --algos qrdqn --seeds 0 1 2   # QR-DQN CartPole vs sb3-contrib's QRDQN
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
@@ -17,6 +18,7 @@ episodes). Needs the `bench` extra (stable-baselines3).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -221,6 +223,20 @@ SPECS: dict[str, Spec] = {
         n_envs=1,
     ),
 }
+# The zoo's QR-DQN CartPole (qrdqn.yml) against sb3-contrib's QRDQN: DQN's zoo settings but for the budget,
+# the exploration fraction and the quantiles.
+SPECS["qrdqn"] = dataclasses.replace(
+    SPECS["dqn"],
+    config="configs/qrdqn/cartpole.yaml",
+    total_env_steps=50_000,
+    eval_every=5_000,
+    sb3_algo="QRDQN",
+    sb3_kwargs={
+        **SPECS["dqn"].sb3_kwargs,
+        "exploration_fraction": 0.16,
+        "policy_kwargs": dict(net_arch=[256, 256], n_quantiles=10),
+    },
+)
 
 
 # ------------------------------------------------------------------------------------------ runners
@@ -267,7 +283,13 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
 
         modules = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
         policy_kwargs["activation_fn"] = modules[policy_kwargs["activation_fn"]]
-    model = getattr(sb3, spec.sb3_algo)("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    if hasattr(sb3, spec.sb3_algo):
+        algo = getattr(sb3, spec.sb3_algo)
+    else:  # QRDQN: sb3-contrib
+        import sb3_contrib
+
+        algo = getattr(sb3_contrib, spec.sb3_algo)
+    model = algo("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
 
     class Clock(BaseCallback):
         def __init__(self) -> None:

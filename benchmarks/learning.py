@@ -36,6 +36,7 @@ CLASSIC: dict[str, float] = {
     "a2c/cartpole": 475,
     "reinforce/cartpole": 400,
     "dqn/cartpole": 475,
+    "qrdqn/cartpole": 475,
     "sac/pendulum": -200,
     "td3/pendulum": -200,
     "ddpg/pendulum": -200,

@@ -8,16 +8,18 @@ import os
 # OMP_NUM_THREADS yourself to choose otherwise.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from rl_lightning.algorithms import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, RLModule
+from rl_lightning.algorithms import A2C, C51, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3, RLModule
 from rl_lightning.config import ReplayConfig, RunConfig
 from rl_lightning.envs import EnvConfig, make_vector_env
 
 __version__ = "0.1.0"
 __all__ = [
     "A2C",
+    "C51",
     "DDPG",
     "DQN",
     "PPO",
+    "QRDQN",
     "REINFORCE",
     "SAC",
     "TD3",

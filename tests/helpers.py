@@ -21,7 +21,21 @@ import pytest
 import torch
 
 import rl_lightning
-from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig, ReplayConfig, RLModule, RunConfig
+from rl_lightning import (
+    A2C,
+    C51,
+    DDPG,
+    DQN,
+    PPO,
+    QRDQN,
+    REINFORCE,
+    SAC,
+    TD3,
+    EnvConfig,
+    ReplayConfig,
+    RLModule,
+    RunConfig,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -257,6 +271,25 @@ def _golden_cases() -> dict[str, Any]:
             dueling=True,
             n_step=3,
             prioritized_replay=True,
+        ),
+        "c51_rainbow": lambda: C51(
+            **cartpole,
+            run=run(1200, 600, 3),
+            replay=replay(train_freq=2, gradient_steps=1, phases_per_step=1),
+            target_network_frequency=100,
+            double_q=True,
+            dueling=True,
+            n_step=3,
+            prioritized_replay=True,
+            noisy=True,
+            n_atoms=11,
+        ),
+        "qrdqn": lambda: QRDQN(
+            **cartpole,
+            run=run(1200, 600, 3),
+            replay=replay(train_freq=4, gradient_steps=2, phases_per_step=1),
+            target_network_frequency=200,
+            n_quantiles=10,
         ),
         "sac": lambda: SAC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2)),
         "td3": lambda: TD3(**pendulum, run=run(500, 250, 2), replay=replay(phases_per_step=4)),

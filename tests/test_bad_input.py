@@ -85,6 +85,10 @@ CASES += [
         [*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"],
         r"DQN cannot handle the action space Box.*For Box actions use A2C, DDPG, PPO, REINFORCE, SAC, TD3",
     ),
+    (
+        ["--config", str(ROOT / "configs/qrdqn/cartpole.yaml"), "--model.env.env_id", "Pendulum-v1"],
+        r"QRDQN cannot handle the action space Box.*For Box actions use A2C, DDPG, PPO, REINFORCE, SAC, TD3",
+    ),
 ]
 
 
@@ -150,7 +154,7 @@ CASES += [
     ),
     (
         off_policy("sac") + ["--model.env.env_id", "CarRacing-v3"],
-        r"SAC has no image encoder .*Use A2C, DQN, PPO, REINFORCE \(Nature CNN\)",
+        r"SAC has no image encoder .*Use A2C, C51, DQN, PPO, QRDQN, REINFORCE \(Nature CNN\)",
     ),
     (
         [

@@ -74,9 +74,12 @@ def needs_mujoco(config: Path) -> bool:
 def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
     if needs_mujoco(config):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
-    # Off-policy configs: a warm-up that fits the tiny budget (learning_starts > total_env_steps is an error).
-    off_policy = any(f"rl_lightning.{algo}\n" in config.read_text() for algo in ("DQN", "SAC", "TD3", "DDPG"))
-    warmup = ["--model.replay.learning_starts", "400"] if off_policy else []
+    # Off-policy configs: a warm-up that fits the tiny budget (learning_starts > total_env_steps is an error),
+    off_policy = any(
+        f"rl_lightning.{algo}\n" in config.read_text() for algo in ("DQN", "C51", "QRDQN", "SAC", "TD3", "DDPG")
+    )
+    # and at most 8 gradient steps per phase (the zoo's 128-256 per phase of QR-DQN's 170 quantiles took a minute).
+    warmup = ["--model.replay.learning_starts", "400", "--model.replay.gradient_steps", "8"] if off_policy else []
     # In this process (the CLI's own main, as the console script runs it): a subprocess per config paid
     # ~5 s of imports each. The commands above and the DDP tests run the CLI as a subprocess.
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,5 @@
-"""DQN learning runs on CartPole with configs/dqn/cartpole.yaml. The full-budget run is slow."""
+"""DQN learning runs on CartPole with configs/dqn/cartpole.yaml (and QR-DQN's with configs/qrdqn/cartpole.yaml).
+The full-budget runs are slow."""
 
 from pathlib import Path
 
@@ -6,10 +7,11 @@ import lightning as L
 import pytest
 import yaml
 
-from rl_lightning import DQN, EnvConfig
+import rl_lightning
+from rl_lightning import EnvConfig
 from tests.helpers import build, quick_trainer
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs/dqn/cartpole.yaml"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 class EvalHistory(L.Callback):
@@ -20,15 +22,17 @@ class EvalHistory(L.Callback):
         self.returns.append((pl_module.env_steps, float(trainer.callback_metrics["val/episode_return"])))
 
 
-def train_dqn_cartpole(seed: int, **overrides) -> list[tuple[int, float]]:
-    """(env steps, eval return) after each epoch."""
-    args = yaml.safe_load(CONFIG.read_text())["model"]["init_args"]
+def train_dqn_cartpole(seed: int, config: str = "dqn/cartpole", **overrides) -> list[tuple[int, float]]:
+    """(env steps, eval return) after each epoch of ``configs/<config>.yaml``'s algorithm."""
+    model = yaml.safe_load((CONFIGS / f"{config}.yaml").read_text())["model"]
+    cls = getattr(rl_lightning, model["class_path"].split(".")[-1])
+    args = model["init_args"]
     args["env"] = EnvConfig(**args["env"])
     args["hidden_sizes"] = tuple(args["hidden_sizes"])
     args.update(overrides)
     L.seed_everything(seed)
     history = EvalHistory()
-    quick_trainer(callbacks=[history]).fit(build(DQN, **args))
+    quick_trainer(callbacks=[history]).fit(build(cls, **args))
     return history.returns
 
 
@@ -46,4 +50,12 @@ def test_dqn_cartpole_solves_within_100k_steps(seed):
     # the best evaluated model (the CLI's `checkpoint` callback keeps it).
     history = train_dqn_cartpole(seed)
     assert history[-1][0] <= 100_000 + 256
+    assert max(r for _, r in history) >= 475, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_qrdqn_cartpole_solves_within_the_zoos_50k_steps(seed):
+    history = train_dqn_cartpole(seed, "qrdqn/cartpole")
+    assert history[-1][0] <= 50_000 + 256
     assert max(r for _, r in history) >= 475, history

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import DQN, PPO, SAC, EnvConfig
+from rl_lightning import C51, DQN, PPO, QRDQN, SAC, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.checkpointing import ReplaySideFileIO
 from tests.helpers import build, quick_trainer
@@ -93,10 +93,17 @@ def test_ppo_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
         torch.testing.assert_close(opt_a[k]["exp_avg"], opt_b[k]["exp_avg"], rtol=0, atol=0)
 
 
+# The distributional variants with noise (its buffers and draws must resume too) and the other options.
+OPTIONS = {
+    C51: dict(noisy=True, prioritized_replay=True, n_step=3, n_atoms=11),
+    QRDQN: dict(noisy=True, double_q=True, dueling=True, n_quantiles=5),
+}
+
+
 def off_policy(cls: type, total: int) -> DQN | SAC:
     # 2 envs: the 32-vector-step warm-up plus epochs of 128 vector steps end every 16-step episode at
     # an epoch end, where the checkpoint is written.
-    env_id = "test/Corridor-v0" if cls is DQN else "test/SlidingCorridor-v0"
+    env_id = "test/Corridor-v0" if issubclass(cls, DQN) else "test/SlidingCorridor-v0"
     return build(
         cls,
         env=EnvConfig(env_id, num_envs=2, seed=0),
@@ -110,11 +117,15 @@ def off_policy(cls: type, total: int) -> DQN | SAC:
         env_steps_per_epoch=256,
         eval_episodes=2,
         save_replay_buffer=True,
+        **OPTIONS.get(cls, {}),
     )
 
 
-@pytest.mark.parametrize("side_file", [False, True], ids=["inline", "side-file"])
-@pytest.mark.parametrize("cls", [DQN, SAC])
+@pytest.mark.parametrize(
+    "cls, side_file",
+    [(DQN, False), (DQN, True), (SAC, False), (SAC, True), (C51, False), (QRDQN, False)],  # side files: any one
+    ids=lambda v: v.__name__ if isinstance(v, type) else ("side-file" if v else "inline"),
+)
 def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, side_file, tmp_path, monkeypatch):
     # A buffer of at least ReplaySideFileIO.min_bytes goes to a file next to the checkpoint.
     monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 0 if side_file else 2**62)

@@ -157,7 +157,7 @@ def test_images_smaller_than_the_cnn_sees_are_refused_with_the_way_forward():
 
 def test_algorithms_without_an_image_encoder_refuse_images_naming_those_with_one():
     model = SAC(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"box_actions": True}), run=TINY)
-    with pytest.raises(ConfigError, match=r"SAC has no image encoder.*Use A2C, DQN, PPO, REINFORCE"):
+    with pytest.raises(ConfigError, match=r"SAC has no image encoder.*Use A2C, C51, DQN, PPO, QRDQN, REINFORCE"):
         fit(model)
 
 

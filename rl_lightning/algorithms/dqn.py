@@ -3,7 +3,8 @@
 Mnih et al. 2015, "Human-level control through deep reinforcement learning" (Nature); with options
 for Double DQN (van Hasselt et al. 2016, https://arxiv.org/abs/1509.06461), dueling heads (Wang et
 al. 2016, https://arxiv.org/abs/1511.06581), n-step returns (Sutton 1988; as in Rainbow, Hessel et
-al. 2018) and proportional prioritized replay (Schaul et al. 2016, https://arxiv.org/abs/1511.05952).
+al. 2018), proportional prioritized replay (Schaul et al. 2016, https://arxiv.org/abs/1511.05952) and
+noisy networks (Fortunato et al. 2018, https://arxiv.org/abs/1706.10295).
 Implementation choices follow Stable-Baselines3 and CleanRL: Huber loss, gradient-norm clipping,
 epsilon-greedy exploration decayed linearly over env steps, hard target updates every
 ``target_network_frequency`` env steps (or Polyak averaging with ``tau < 1``).
@@ -17,7 +18,12 @@ Neither the buffer nor the target network changes during the updates of a phase,
 replay all of its minibatches are sampled at once (i.i.d., as one at a time) and the target network
 evaluates them in one forward pass instead of ``gradient_steps`` small ones (``_minibatches``).
 Prioritized replay samples each minibatch after the previous step's priority update; Double DQN's
-online term, which changes every step, is computed per minibatch.
+online term, which changes every step, is computed per minibatch. With noisy networks both networks
+draw new noise before each minibatch (its target and its update share the online network's noise,
+as in Rainbow), so targets are computed per minibatch too; acting draws new noise every vector step.
+
+C51 and QR-DQN (``c51.py``, ``qrdqn.py``) subclass this module: they change what the network's
+outputs mean (``atoms``, ``q_values``), the target (``_target``) and the loss (``td_loss``).
 
 Deviations: ``target_network_frequency`` counts env steps like SB3's ``target_update_interval`` and
 CleanRL's ``target_network_frequency``, but updates happen between collection phases, so the
@@ -30,6 +36,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
+import re
 from collections.abc import Iterator
 from typing import Literal
 
@@ -47,7 +55,15 @@ from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.q_networks import QNetwork
 from rl_lightning.networks.utils import polyak_update
 from rl_lightning.optim import linear_schedule
-from rl_lightning.validation import at_least, fraction, non_negative, off_policy_args, one_of, positive_or_none
+from rl_lightning.validation import (
+    at_least,
+    fraction,
+    non_negative,
+    off_policy_args,
+    one_of,
+    positive,
+    positive_or_none,
+)
 
 
 def dqn_target(
@@ -68,6 +84,11 @@ def dqn_target(
     else:
         next_v = next_q_target.gather(-1, next_q_online.argmax(-1, keepdim=True)).squeeze(-1)
     return rewards + discounts * (1.0 - terminated) * next_v
+
+
+def of_actions(outputs: Tensor, actions: Tensor) -> Tensor:
+    """The rows of ``[B, A, ...]`` network outputs that belong to the ``[B]`` actions: ``[B, ...]``."""
+    return outputs[torch.arange(actions.shape[0], device=actions.device), actions.long()]
 
 
 def dqn_loss(q: Tensor, target: Tensor, weights: Tensor, loss: str) -> tuple[Tensor, Tensor]:
@@ -95,8 +116,8 @@ class DQN(RLModule):
         target_network_frequency: Env steps (all ranks) between target-network updates.
         tau: Target update coefficient: 1.0 copies the online network (hard update), smaller values
             average it in (Polyak).
-        start_e: Exploration epsilon at the start.
-        end_e: Exploration epsilon after the decay.
+        start_e: Exploration epsilon at the start; ``None``: 1.0, or 0.0 with ``noisy``.
+        end_e: Exploration epsilon after the decay; ``None``: 0.05, or 0.0 with ``noisy``.
         exploration_fraction: Fraction of ``total_env_steps`` over which epsilon decays linearly.
         double_q: Use the Double DQN target.
         dueling: Use a dueling Q-network head.
@@ -105,14 +126,18 @@ class DQN(RLModule):
         prioritized_replay_alpha: Priority exponent alpha.
         prioritized_replay_beta: Initial importance-sampling exponent, annealed linearly to 1 over
             ``total_env_steps``.
+        noisy: Factorized Gaussian noisy linear layers (NoisyNet, sigma0 0.5) explore instead of
+            epsilon (which is then 0 unless given).
         loss: ``huber`` (SB3, Nature's error clipping) or ``mse`` (CleanRL).
         max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
+        adam_eps: Adam's epsilon (Rainbow: 1.5e-4).
         hidden_sizes: Hidden widths of the MLP Q-network (vector observations only).
         activation: Hidden activation of the MLP.
     """
 
     action_spaces = (gym.spaces.Discrete,)
     checkpointed_attributes = ("epsilon",)
+    atoms = 1  # network outputs per action (C51: atoms of the distribution, QR-DQN: quantiles)
 
     def __init__(
         self,
@@ -123,8 +148,8 @@ class DQN(RLModule):
         gamma: float = 0.99,
         target_network_frequency: int = 10_000,
         tau: float = 1.0,
-        start_e: float = 1.0,
-        end_e: float = 0.05,
+        start_e: float | None = None,
+        end_e: float | None = None,
         exploration_fraction: float = 0.1,
         double_q: bool = False,
         dueling: bool = False,
@@ -132,26 +157,36 @@ class DQN(RLModule):
         prioritized_replay: bool = False,
         prioritized_replay_alpha: float = 0.6,
         prioritized_replay_beta: float = 0.4,
+        noisy: bool = False,
         loss: Literal["huber", "mse"] = "huber",
         max_grad_norm: float | None = 10.0,
+        adam_eps: float = 1e-8,
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: Activation = "relu",
     ) -> None:
         super().__init__(env, run)
         self.configure_replay(replay)
-        self.epsilon = start_e
+        self.start_e = (0.0 if noisy else 1.0) if start_e is None else start_e  # noise explores instead
+        self.end_e = (0.0 if noisy else 0.05) if end_e is None else end_e
+        self.epsilon = self.start_e
+        self.adam_eps = adam_eps
         off_policy_args(learning_rate, gamma, tau, hidden_sizes, activation)
         at_least("target_network_frequency", target_network_frequency, 1)
         at_least("n_step", n_step, 1)
-        for name in ("start_e", "end_e", "exploration_fraction", "prioritized_replay_beta"):
+        for name in ("start_e", "end_e"):
+            fraction(name, getattr(self, name))
+        for name in ("exploration_fraction", "prioritized_replay_beta"):
             fraction(name, self.hparams[name])
         non_negative("prioritized_replay_alpha", prioritized_replay_alpha)
         one_of("loss", loss, ("huber", "mse"))
         positive_or_none("max_grad_norm", max_grad_norm)
+        positive("adam_eps", adam_eps)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
-        self.q_net = QNetwork(observation_space, action_space, hp.hidden_sizes, hp.activation, hp.dueling)
+        self.q_net = QNetwork(
+            observation_space, action_space, hp.hidden_sizes, hp.activation, hp.dueling, hp.noisy, self.atoms
+        )
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
 
     def build_experience(self) -> Replay:
@@ -165,9 +200,13 @@ class DQN(RLModule):
         return self.replay
 
     # ----------------------------------------------------------------------------------- acting
+    def q_values(self, outputs: Tensor) -> Tensor:
+        """``Q(s, .)`` from the Q-network's outputs (here the Q-values themselves)."""
+        return outputs
+
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         """Greedy actions, or epsilon-greedy with the current epsilon."""
-        greedy = self.q_net(obs).argmax(-1)
+        greedy = self.q_values(self.q_net(obs)).argmax(-1)
         if deterministic:
             return greedy
         random = torch.randint(int(self.action_space.n), greedy.shape, device=greedy.device)
@@ -175,6 +214,8 @@ class DQN(RLModule):
         return torch.where(explore, random, greedy)
 
     def _explore(self, obs: Tensor) -> Tensor:
+        if self.hparams.noisy:
+            self.q_net.reset_noise()  # new noise every collection step
         return self(obs.to(self.device), deterministic=False).to(obs.device)
 
     # --------------------------------------------------------------------------------- training
@@ -185,7 +226,7 @@ class DQN(RLModule):
         stats: list[Tensor] = []
         for _ in self.within_budget(iterations):
             self.epsilon = linear_schedule(
-                hp.start_e, hp.end_e, hp.exploration_fraction * self.total_env_steps, self.env_steps
+                self.start_e, self.end_e, hp.exploration_fraction * self.total_env_steps, self.env_steps
             )
             collected = self.collect_phase(self._explore)
             # Target updates due in the phase just collected (see the module docstring).
@@ -214,18 +255,29 @@ class DQN(RLModule):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One minibatch's TD loss and optimizer step (one CUDA graph with CUDA graphs on): the loss,
         the TD errors (new priorities) and the mean Q-value."""
+        loss, td, q_mean = self.td_loss(obs, actions, target, weights)
+        self.gradient_step(self.optimizers(), loss, self.hparams.max_grad_norm)
+        return loss.detach(), td.detach(), q_mean
+
+    def td_loss(
+        self, obs: Tensor, actions: Tensor, target: Tensor, weights: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The loss of ``Q(s, a)`` against the targets: the loss, the per-sample errors prioritized
+        replay's priorities are made from, and the mean Q-value of the sampled actions."""
         q = self.q_net(obs).gather(1, actions.long().unsqueeze(1)).squeeze(1)
         loss, td = dqn_loss(q.float(), target.float(), weights, self.hparams.loss)
-        self.gradient_step(self.optimizers(), loss, self.hparams.max_grad_norm)
-        return loss.detach(), td.detach(), q.detach().float().mean()
+        return loss, td, q.detach().float().mean()
 
     @torch.no_grad()
     def _minibatches(self, beta: float) -> Iterator[tuple[ReplayBatch, Tensor]]:
         """The phase's ``gradient_steps`` minibatches and their TD targets (see the module docstring)."""
         hp, steps_per_phase, bs = self.hparams, self.replay_config.gradient_steps, self.replay_config.batch_size
-        if hp.prioritized_replay:
+        if hp.prioritized_replay or hp.noisy:
             for _ in range(steps_per_phase):
-                batch = self.replay.sample(bs, beta)
+                batch = self.replay.sample(bs, beta)  # beta: prioritized replay only
+                if hp.noisy:  # new noise for this minibatch's target and update
+                    self.q_net.reset_noise()
+                    self.q_target.reset_noise()
                 yield batch, self._target(batch, self.q_target(batch.next_obs))
             return
         # Sampled in chunks of at most ~64 MiB of observations (Atari frames are 28 kB a stack).
@@ -245,7 +297,35 @@ class DQN(RLModule):
         next_q_online = self.q_net(batch.next_obs) if self.hparams.double_q else None
         return dqn_target(batch.rewards, batch.discounts, batch.terminated, next_q_target, next_q_online)
 
+    def next_actions(self, batch: ReplayBatch, next_target: Tensor) -> Tensor:
+        """``a* = argmax_a Q(s', a)`` by the target network's outputs ``next_target``, or by the online
+        network's with ``double_q``: the action the distributional targets bootstrap from."""
+        next_online = self.q_net(batch.next_obs) if self.hparams.double_q else next_target
+        return self.q_values(next_online).argmax(-1)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.adam(
-            self.q_net.parameters(), lr=self.hparams.learning_rate, clipped=self.hparams.max_grad_norm is not None
+            self.q_net.parameters(),
+            lr=self.hparams.learning_rate,
+            eps=self.adam_eps,
+            clipped=self.hparams.max_grad_norm is not None,
         )
+
+
+def dqn_arguments(arguments: dict) -> dict:
+    """Of a subclass's ``__init__`` arguments (its ``locals()``), those ``DQN.__init__`` takes."""
+    names = list(inspect.signature(DQN.__init__).parameters)[1:]
+    return {name: arguments[name] for name in names if name in arguments}
+
+
+def with_dqn_args(cls: type) -> type:
+    """Complete a DQN subclass's ``Args:`` (its docstring's last section) with DQN's descriptions of the
+    ``__init__`` parameters it does not describe itself: the CLI's help reads them from the docstring."""
+    entries = re.findall(r"^ {8}(\w+): (.*(?:\n {12}.*)*)", DQN.__doc__.split("Args:", 1)[1], flags=re.M)
+    dqn_args = {name: " ".join(line.strip() for line in text.splitlines()) for name, text in entries}
+    doc = inspect.getdoc(cls) or ""
+    described = {line.split(":")[0].strip() for line in doc.split("Args:", 1)[-1].splitlines() if ":" in line}
+    params = inspect.signature(cls.__init__).parameters
+    missing = [name for name in params if name in dqn_args and name not in described]
+    cls.__doc__ = doc + "".join(f"\n    {name}: {dqn_args[name]}" for name in missing)
+    return cls

@@ -1,5 +1,6 @@
 from rl_lightning.networks.cnn import NatureCNN
 from rl_lightning.networks.mlp import layer_init, mlp
+from rl_lightning.networks.noisy import NoisyLinear
 from rl_lightning.networks.policies import ActorCritic, CategoricalHead, DiagGaussianHead
 from rl_lightning.networks.q_networks import QNetwork
 from rl_lightning.networks.utils import polyak_update
@@ -9,6 +10,7 @@ __all__ = [
     "CategoricalHead",
     "DiagGaussianHead",
     "NatureCNN",
+    "NoisyLinear",
     "QNetwork",
     "layer_init",
     "mlp",

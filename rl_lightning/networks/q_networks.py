@@ -1,5 +1,7 @@
 """Q-networks for discrete actions: an MLP for flat observations, the image encoders
-(``encoders.py``) for observations with images, and an optional dueling head.
+(``encoders.py``) for observations with images, an optional dueling head, optional noisy layers
+(``noisy.py``) and optional distributional outputs (``atoms`` values per action: C51's logits,
+QR-DQN's quantiles).
 
 Initialization is PyTorch's default (as in SB3's and CleanRL's DQN), not the orthogonal one of the
 policy-gradient networks.
@@ -13,6 +15,7 @@ from torch import Tensor, nn
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.encoders import flat_dim, image_encoder
 from rl_lightning.networks.mlp import mlp
+from rl_lightning.networks.noisy import make_noisy, reset_noise
 
 
 class MLPTorso(nn.Module):
@@ -35,6 +38,10 @@ class QNetwork(nn.Module):
 
         Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')
 
+    With ``atoms > 1`` it returns ``[..., A, atoms]`` (a distribution's parameters per action) and the
+    dueling combination applies to each atom, as in Rainbow. With ``noisy`` every linear layer, the
+    torso's included, is a ``NoisyLinear`` (Fortunato et al. 2018).
+
     Deviation: the dueling streams share the torso's last layer (Wang et al. give each stream its
     own 512-unit layer on top of the convolutions).
 
@@ -44,6 +51,8 @@ class QNetwork(nn.Module):
         hidden_sizes: MLP hidden widths (ignored for images).
         activation: MLP hidden activation (ignored for images).
         dueling: Use the dueling head.
+        noisy: Use factorized Gaussian noisy linear layers.
+        atoms: Outputs per action (1: ``[..., A]`` Q-values).
     """
 
     def __init__(
@@ -53,6 +62,8 @@ class QNetwork(nn.Module):
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: str = "relu",
         dueling: bool = False,
+        noisy: bool = False,
+        atoms: int = 1,
     ) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
@@ -63,12 +74,23 @@ class QNetwork(nn.Module):
         )
         dim = self.torso.features_dim
         self.dueling = dueling
-        self.head = nn.Linear(dim, n)  # the advantage stream when dueling
-        self.value = nn.Linear(dim, 1) if dueling else None
+        self.atoms = atoms
+        self.head = nn.Linear(dim, n * atoms)  # the advantage stream when dueling
+        self.value = nn.Linear(dim, atoms) if dueling else None
+        if noisy:
+            make_noisy(self)
 
     def forward(self, obs: Tensor) -> Tensor:
         features = self.torso(obs)
         q = self.head(features)
+        if self.atoms > 1:
+            q = q.unflatten(-1, (-1, self.atoms))
         if self.value is not None:
-            q = self.value(features) + q - q.mean(-1, keepdim=True)
+            value = self.value(features)
+            value = value.unsqueeze(-2) if self.atoms > 1 else value
+            q = value + q - q.mean(-1 if self.atoms == 1 else -2, keepdim=True)
         return q
+
+    def reset_noise(self) -> None:
+        """New noise in the noisy layers (nothing without them)."""
+        reset_noise(self)
