@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
+import inspect
+import io
 import os
 import pickle
 import shutil
@@ -30,6 +32,7 @@ import torch
 from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
+from rl_lightning.config import constructor_defaults
 from rl_lightning.errors import ConfigError
 from rl_lightning.seeding import rng_state, set_rng_state
 
@@ -290,7 +293,12 @@ def resolved_configs(module: Any) -> dict[str, Any]:
 
 
 def load_module(
-    lightning_load: Callable[..., Any], path: Any, map_location: Any, weights_only: bool | None, **kwargs: Any
+    algorithm: type,
+    lightning_load: Callable[..., Any],
+    path: Any,
+    map_location: Any,
+    weights_only: bool | None,
+    **kwargs: Any,
 ) -> Any:
     """Lightning's ``load_from_checkpoint`` (``lightning_load``) of a local copy of ``path`` (a URL is
     downloaded), always with ``weights_only=True``; ``weights_only=False`` is refused in one line."""
@@ -298,9 +306,27 @@ def load_module(
         read_checkpoint(path, weights_only=False)  # raises: the refusal, in one line
     with local_copy(path) as local:
         try:
-            return lightning_load(local, map_location=map_location, weights_only=True, **kwargs)
+            source: Any = local
+            if inspect.getfullargspec(algorithm.__init__).varkw:  # a variant: its parent's fixed arguments out
+                checkpoint = torch.load(local, map_location=map_location, weights_only=True)
+                if without_fixed_hyperparameters(algorithm, checkpoint):
+                    source = io.BytesIO()
+                    torch.save(checkpoint, source)
+                    source.seek(0)
+            return lightning_load(source, map_location=map_location, weights_only=True, **kwargs)
         except pickle.UnpicklingError as e:
             raise ConfigError(f"Checkpoint {path}: {refusal(e)}") from None
+
+
+def without_fixed_hyperparameters(algorithm: type, checkpoint: dict[str, Any]) -> list[str]:
+    """Drop from a checkpoint's hyperparameters those ``algorithm`` fixes: Lightning saves its parent's
+    arguments too, and would pass them back through ``**kwargs`` twice. Returns the names dropped."""
+    hparams = checkpoint.get("hyper_parameters", {})
+    taken = {*constructor_defaults(algorithm), "_instantiator", "_class_path"}
+    dropped = [name for name in hparams if name not in taken]
+    for name in dropped:
+        del hparams[name]
+    return dropped
 
 
 def plain_hyperparameters(hparams: dict[str, Any], resolved: dict[str, Any]) -> None:

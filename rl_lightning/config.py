@@ -53,6 +53,29 @@ def as_config(cls: type[ConfigT], value: ConfigT | dict | None) -> ConfigT:
     return dataclasses.replace(value)
 
 
+def constructor_defaults(algorithm: type) -> dict[str, Any]:
+    """``{argument: default}`` of ``algorithm``'s constructor as the CLI resolves it (jsonargparse, as
+    LightningCLI does): a variant that takes ``**kwargs`` has its parent's arguments, less those it passes
+    itself, with its own defaults for those it restates. In the parent's order, the variant's new ones last."""
+    from jsonargparse._parameter_resolvers import get_signature_parameters  # LightningCLI's resolver
+
+    resolved = {p.name: p.default for p in get_signature_parameters(algorithm, "__init__")}
+    return {name: resolved[name] for name in _argument_order(algorithm) if name in resolved}
+
+
+def _argument_order(algorithm: type) -> list[str]:
+    own = [
+        name
+        for name, p in inspect.signature(algorithm.__init__).parameters.items()
+        if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if inspect.getfullargspec(algorithm.__init__).varkw is None:
+        return own
+    parent = next(c for c in algorithm.__mro__[1:] if "__init__" in vars(c))
+    inherited = _argument_order(parent)
+    return inherited + [name for name in own if name not in inherited]
+
+
 def resolve_config(algorithm: type, name: str, value: Any) -> Any:
     """The config given for argument ``name`` of ``algorithm`` (an instance, the plain dict a checkpoint
     stores, or ``None``), its ``None`` fields taken from the argument's default in the algorithm's

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import inspect
 import math
 import subprocess
 import sys
@@ -48,7 +47,7 @@ from typing import Any
 import yaml
 from lightning.pytorch.callbacks import Callback
 
-from rl_lightning.config import ReplayConfig, RunConfig
+from rl_lightning.config import ReplayConfig, RunConfig, constructor_defaults
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import ConfigError, RunFailed, check
 from rl_lightning.plotting import plot_learning_curves, score_summary
@@ -110,7 +109,7 @@ def load_space(path: str | Path, algorithm: type | None) -> list[Param]:
 def _check_name(name: str, algorithm: type | None, where: str) -> None:
     if algorithm is None:
         return
-    arguments = set(inspect.signature(algorithm).parameters)
+    arguments = set(constructor_defaults(algorithm))  # a variant's too: its parent's through **kwargs
     head, _, field = name.partition(".")
     check(head in arguments, f"{where}: {algorithm.__name__} has no argument {head!r}.")
     if field:

@@ -4,7 +4,6 @@ text (notebook outputs included) holds an absolute path of the machine that wrot
 
 import ast
 import dataclasses
-import inspect
 import re
 import subprocess
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from rl_lightning.config import constructor_defaults
 from tests.helpers import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,13 +31,11 @@ def test_algorithm_page_lists_every_hyperparameter_with_its_default(algo):
     assert page.exists(), f"write {page.relative_to(ROOT)} from docs/algorithms/TEMPLATE.md"
     table = hyperparameter_table(page)
     params = {}
-    for name, param in inspect.signature(algo.__init__).parameters.items():
-        if dataclasses.is_dataclass(param.default):  # a config of its own (run, replay): one row per field
-            params.update(
-                {f"{name}.{f.name}": getattr(param.default, f.name) for f in dataclasses.fields(param.default)}
-            )
-        elif name != "self":
-            params[name] = param.default
+    for name, default in constructor_defaults(algo).items():  # a variant's: its parent's through **kwargs
+        if dataclasses.is_dataclass(default):  # a config of its own (run, replay): one row per field
+            params.update({f"{name}.{f.name}": getattr(default, f.name) for f in dataclasses.fields(default)})
+        else:
+            params[name] = default
     missing = [f"| `{n}` | `{d!r}` | ... |" for n, d in params.items() if n not in table]
     assert not missing, "add to the hyperparameter table:\n" + "\n".join(missing)
     assert list(table) == list(params), "keep the table in signature order"

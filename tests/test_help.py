@@ -2,7 +2,6 @@
 and callback options): LightningCLI takes the descriptions from the ``Args:`` docstrings."""
 
 import dataclasses
-import inspect
 import json
 import os
 import re
@@ -14,6 +13,7 @@ import pytest
 
 import rl_lightning
 from rl_lightning.callbacks import RecordEpisodes, RLProgressBar
+from rl_lightning.config import constructor_defaults
 from rl_lightning.envs import EnvConfig
 from tests.helpers import ALGORITHMS
 
@@ -72,12 +72,13 @@ def help_entries(screen: str) -> dict[str, str]:
 
 
 def init_args(cls: type) -> list[str]:
-    """``__init__``'s arguments, a config dataclass's fields as ``name.field`` (LightningCLI shows them so)."""
+    """The constructor's arguments (a variant's: its parent's through ``**kwargs``), a config dataclass's
+    fields as ``name.field`` (LightningCLI shows them so)."""
     names = []
-    for name, param in inspect.signature(cls.__init__).parameters.items():
-        if dataclasses.is_dataclass(param.default):
-            names += [f"{name}.{f.name}" for f in dataclasses.fields(param.default)]
-        elif name not in ("self", "kwargs"):
+    for name, default in constructor_defaults(cls).items():
+        if dataclasses.is_dataclass(default):
+            names += [f"{name}.{f.name}" for f in dataclasses.fields(default)]
+        else:
             names.append(name)
     return names
 

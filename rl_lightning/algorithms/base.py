@@ -311,7 +311,7 @@ class RLModule(L.LightningModule):
         """Lightning's ``load_from_checkpoint`` for a path or a URL, always with ``weights_only=True``: a
         checkpoint never runs code (``rl_lightning.checkpointing.load_module``)."""
         lightning_load = super().load_from_checkpoint
-        return load_module(lightning_load, checkpoint_path, map_location, weights_only, **kwargs)
+        return load_module(cls, lightning_load, checkpoint_path, map_location, weights_only, **kwargs)
 
 
 def check_spaces(algorithm: type[RLModule], observation_space: gym.Space, action_space: gym.Space, env_id: str) -> None:

@@ -15,15 +15,14 @@ returns and prioritized replay. With all of them on it is Rainbow (Hessel et al.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from rl_lightning.algorithms.dqn import DQN, DQN_REPLAY, dqn_arguments, of_actions, with_dqn_args
-from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig
+from rl_lightning.algorithms.dqn import DQN, of_actions
 from rl_lightning.data.buffers import ReplayBatch
-from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
-from rl_lightning.networks.mlp import Activation
 from rl_lightning.validation import at_least
 
 
@@ -57,49 +56,21 @@ def categorical_loss(logits: Tensor, target_probs: Tensor, weights: Tensor) -> t
     return (weights * cross_entropy).mean(), cross_entropy.detach()
 
 
-@with_dqn_args
 class C51(DQN):
-    """Categorical distributional DQN (C51) for discrete actions; DQN's options all apply.
+    """Categorical distributional DQN (C51) for discrete actions.
 
-    Its other arguments are DQN's, described as there (``with_dqn_args`` adds them below).
+    DQN's arguments all apply (but ``loss``), described there: ``double_q`` bootstraps from the action
+    the online network's mean values choose, ``dueling`` has value and advantage streams per atom,
+    prioritized replay's priority is the cross-entropy.
 
     Args:
-        double_q: Bootstrap from the action the online network's mean values choose.
-        dueling: Use a dueling head (value and advantage streams per atom).
-        prioritized_replay: Use proportional prioritized replay (priority: the cross-entropy).
         n_atoms: Atoms of the return distribution.
         v_min: Lowest atom.
         v_max: Highest atom.
     """
 
-    def __init__(
-        self,
-        env: EnvConfig | None = None,
-        run: RunConfig = DEFAULT_RUN,
-        replay: ReplayConfig = DQN_REPLAY,
-        learning_rate: float = 1e-4,
-        gamma: float = 0.99,
-        target_network_frequency: int = 10_000,
-        tau: float = 1.0,
-        start_e: float | None = None,
-        end_e: float | None = None,
-        exploration_fraction: float = 0.1,
-        double_q: bool = False,
-        dueling: bool = False,
-        n_step: int = 1,
-        prioritized_replay: bool = False,
-        prioritized_replay_alpha: float = 0.6,
-        prioritized_replay_beta: float = 0.4,
-        noisy: bool = False,
-        max_grad_norm: float | None = 10.0,
-        adam_eps: float = 1e-8,
-        hidden_sizes: tuple[int, ...] = (64, 64),
-        activation: Activation = "relu",
-        n_atoms: int = 51,
-        v_min: float = -10.0,
-        v_max: float = 10.0,
-    ) -> None:
-        super().__init__(**dqn_arguments(locals()))
+    def __init__(self, n_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, **kwargs: Any) -> None:
+        super().__init__(loss="huber", **kwargs)  # no use: the loss is the cross-entropy (td_loss)
         at_least("n_atoms", n_atoms, 2)
         check(v_min < v_max, f"v_min must be below v_max, got v_min={v_min}, v_max={v_max}.")
         self.atoms = n_atoms

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
-import re
 from collections.abc import Iterator
 from typing import Literal
 
@@ -310,22 +308,3 @@ class DQN(RLModule):
             eps=self.adam_eps,
             clipped=self.hparams.max_grad_norm is not None,
         )
-
-
-def dqn_arguments(arguments: dict) -> dict:
-    """Of a subclass's ``__init__`` arguments (its ``locals()``), those ``DQN.__init__`` takes."""
-    names = list(inspect.signature(DQN.__init__).parameters)[1:]
-    return {name: arguments[name] for name in names if name in arguments}
-
-
-def with_dqn_args(cls: type) -> type:
-    """Complete a DQN subclass's ``Args:`` (its docstring's last section) with DQN's descriptions of the
-    ``__init__`` parameters it does not describe itself: the CLI's help reads them from the docstring."""
-    entries = re.findall(r"^ {8}(\w+): (.*(?:\n {12}.*)*)", DQN.__doc__.split("Args:", 1)[1], flags=re.M)
-    dqn_args = {name: " ".join(line.strip() for line in text.splitlines()) for name, text in entries}
-    doc = inspect.getdoc(cls) or ""
-    described = {line.split(":")[0].strip() for line in doc.split("Args:", 1)[-1].splitlines() if ":" in line}
-    params = inspect.signature(cls.__init__).parameters
-    missing = [name for name in params if name in dqn_args and name not in described]
-    cls.__doc__ = doc + "".join(f"\n    {name}: {dqn_args[name]}" for name in missing)
-    return cls

@@ -15,14 +15,14 @@ prioritized replay (priority: the per-sample loss). DQN's ``loss`` option does n
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from rl_lightning.algorithms.dqn import DQN, DQN_REPLAY, dqn_arguments, of_actions, with_dqn_args
-from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig, resolve_config
+from rl_lightning.algorithms.dqn import DQN, of_actions
+from rl_lightning.config import resolve_config
 from rl_lightning.data.buffers import ReplayBatch
-from rl_lightning.envs.make import EnvConfig
-from rl_lightning.networks.mlp import Activation
 from rl_lightning.validation import at_least
 
 
@@ -42,51 +42,47 @@ def quantile_huber_loss(quantiles: Tensor, target_quantiles: Tensor, weights: Te
     return (weights * per_sample).mean(), per_sample.detach()
 
 
-@with_dqn_args
 class QRDQN(DQN):
-    """Quantile-regression DQN for discrete actions; DQN's options all apply. Defaults: sb3-contrib's.
+    """Quantile-regression DQN for discrete actions.
 
-    Its other arguments are DQN's, described as there (``with_dqn_args`` adds them below).
+    DQN's arguments all apply (but ``loss``), described there: ``double_q`` bootstraps from the action
+    the online network's mean values choose, ``dueling`` has value and advantage streams per quantile,
+    prioritized replay's priority is the per-sample loss. The defaults that differ from DQN's are
+    sb3-contrib's.
 
     Args:
-        end_e: Exploration epsilon after the decay; ``None``: 0.01, or 0.0 with ``noisy``.
-        double_q: Bootstrap from the action the online network's mean values choose.
-        dueling: Use a dueling head (value and advantage streams per quantile).
-        prioritized_replay: Use proportional prioritized replay (priority: the per-sample loss).
-        adam_eps: Adam's epsilon; ``None``: ``0.01 / replay.batch_size`` (the QR-DQN paper).
         n_quantiles: Quantiles per action.
+        learning_rate: Adam learning rate.
+        end_e: Exploration epsilon after the decay; ``None``: 0.01, or 0.0 with ``noisy``.
+        exploration_fraction: Fraction of ``total_env_steps`` over which epsilon decays linearly.
+        max_grad_norm: Global gradient-norm clipping threshold; ``None`` does not clip.
+        adam_eps: Adam's epsilon; ``None``: ``0.01 / replay.batch_size`` (the QR-DQN paper).
     """
 
     def __init__(
         self,
-        env: EnvConfig | None = None,
-        run: RunConfig = DEFAULT_RUN,
-        replay: ReplayConfig = DQN_REPLAY,
+        n_quantiles: int = 200,
         learning_rate: float = 5e-5,
-        gamma: float = 0.99,
-        target_network_frequency: int = 10_000,
-        tau: float = 1.0,
-        start_e: float | None = None,
         end_e: float | None = None,
         exploration_fraction: float = 0.005,
-        double_q: bool = False,
-        dueling: bool = False,
-        n_step: int = 1,
-        prioritized_replay: bool = False,
-        prioritized_replay_alpha: float = 0.6,
-        prioritized_replay_beta: float = 0.4,
-        noisy: bool = False,
         max_grad_norm: float | None = None,
         adam_eps: float | None = None,
-        hidden_sizes: tuple[int, ...] = (64, 64),
-        activation: Activation = "relu",
-        n_quantiles: int = 200,
+        **kwargs: Any,
     ) -> None:
-        if end_e is None and not noisy:
+        # dict.get, not kwargs.get: the CLI would read the latter as a parameter of this class.
+        if end_e is None and not dict.get(kwargs, "noisy", False):
             end_e = 0.01  # sb3-contrib's exploration_final_eps
         if adam_eps is None:
-            adam_eps = 0.01 / resolve_config(type(self), "replay", replay).batch_size
-        super().__init__(**dqn_arguments(locals()))
+            adam_eps = 0.01 / resolve_config(type(self), "replay", dict.get(kwargs, "replay")).batch_size
+        super().__init__(
+            learning_rate=learning_rate,
+            end_e=end_e,
+            exploration_fraction=exploration_fraction,
+            max_grad_norm=max_grad_norm,
+            adam_eps=adam_eps,
+            loss="huber",  # no use: the loss is the quantile Huber loss (td_loss)
+            **kwargs,
+        )
         at_least("n_quantiles", n_quantiles, 2)
         self.atoms = n_quantiles
 
