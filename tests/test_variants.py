@@ -83,3 +83,15 @@ def test_a_checkpoint_loads_with_its_saved_hyperparameters(variant, tmp_path):
     assert loaded.atoms == 5 and loaded.hparams["learning_rate"] == model.hparams["learning_rate"]
     for name, tensor in model.state_dict().items():
         assert loaded.state_dict()[name].equal(tensor), name
+
+
+def test_a_search_space_may_name_a_variants_inherited_arguments_but_not_its_fixed_ones(tmp_path):
+    from rl_lightning.errors import ConfigError
+    from rl_lightning.tune import load_space
+
+    space = tmp_path / "space.yaml"
+    space.write_text("gamma: {low: 0.9, high: 0.99}\nreplay.batch_size: {choices: [64, 128]}\n")
+    assert [p.name for p in load_space(space, DDPG)] == ["gamma", "replay.batch_size"]  # TD3's, via **kwargs
+    space.write_text("policy_frequency: {choices: [1, 2]}\n")
+    with pytest.raises(ConfigError, match="DDPG has no argument 'policy_frequency'"):
+        load_space(space, DDPG)
