@@ -17,7 +17,7 @@ Lightning's fixed cost is paid once per rollout instead of once per minibatch, a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -27,7 +27,7 @@ from torch import Tensor
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.algorithms.on_policy import actor_critic_forward
 from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.rollout import Rollouts, gae_batch
+from rl_lightning.data.rollout import RolloutBatch, Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
@@ -211,22 +211,8 @@ class PPO(RLModule):
                 self.anneal_learning_rate(opt, hp.learning_rate)
             stats: list[Tensor] = []
             for _ in range(hp.update_epochs):
-                if hp.num_minibatches == 1:  # the whole rollout: views, no shuffle (a mean ignores order)
-                    minibatches: Iterable[Tensor | slice] = (slice(None),)
-                else:
-                    minibatches = torch.randperm(self.env_steps_per_iteration, device=self.device).split(
-                        self.minibatch_size
-                    )
-                for mb_inds in minibatches:
-                    out = self.run_update(
-                        self.minibatch_update,
-                        b.obs[mb_inds],
-                        b.actions[mb_inds],
-                        b.logprobs[mb_inds],
-                        b.advantages[mb_inds],
-                        b.values[mb_inds],
-                        b.returns[mb_inds],
-                    )
+                for minibatch in self.minibatches(b):
+                    out = self.run_update(self.minibatch_update, *minibatch)
                     if logging:  # ~15 us of stacking per minibatch, only on the steps that log
                         stats.append(torch.stack(out[1:]))
                 if hp.target_kl is not None:
@@ -250,23 +236,39 @@ class PPO(RLModule):
             )
         return out.loss
 
-    def minibatch_update(
-        self, obs: Tensor, actions: Tensor, logprobs: Tensor, advantages: Tensor, values: Tensor, returns: Tensor
-    ) -> PPOLoss:
-        """One minibatch's loss and optimizer step (one CUDA graph with CUDA graphs on)."""
-        out = self.minibatch_loss(obs, actions, logprobs, advantages, values, returns)
+    def minibatches(self, b: RolloutBatch) -> Iterator[tuple[Tensor, ...]]:
+        """One epoch's minibatches of the rollout, each the arguments of ``minibatch_update``: shuffled
+        transitions, or the whole rollout as it is when ``num_minibatches`` is 1 (a mean ignores order)."""
+        if self.hparams.num_minibatches == 1:
+            yield b.obs, b.actions, b.logprobs, b.advantages, b.values, b.returns
+            return
+        for mb_inds in torch.randperm(self.env_steps_per_iteration, device=self.device).split(self.minibatch_size):
+            yield tuple(x[mb_inds] for x in (b.obs, b.actions, b.logprobs, b.advantages, b.values, b.returns))
+
+    def minibatch_update(self, *minibatch: Tensor) -> PPOLoss:
+        """One minibatch's loss (``minibatch_loss``'s arguments) and optimizer step (one CUDA graph with
+        CUDA graphs on)."""
+        out = self.minibatch_loss(*minibatch)
         self.gradient_step(self.optimizers(), out.loss, self.hparams.max_grad_norm)
         return PPOLoss(*(t.detach() for t in out))
 
     def minibatch_loss(
-        self, obs: Tensor, actions: Tensor, logprobs: Tensor, advantages: Tensor, values: Tensor, returns: Tensor
+        self,
+        obs: Tensor,
+        actions: Tensor,
+        logprobs: Tensor,
+        advantages: Tensor,
+        values: Tensor,
+        returns: Tensor,
+        *memory: Tensor,
     ) -> PPOLoss:
         """The networks' forward and the PPO objective on one minibatch: one function, so that
-        ``compile_networks`` compiles the whole loss (and, through AOTAutograd, its backward)."""
+        ``compile_networks`` compiles the whole loss (and, through AOTAutograd, its backward). ``memory``:
+        what a recurrent agent's ``evaluate`` needs besides observations and actions (``RecurrentPPO``)."""
         hp = self.hparams
         if hp.norm_adv:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        newlogprob, entropy, newvalue = self.agent.evaluate(obs, actions)
+        newlogprob, entropy, newvalue = self.agent.evaluate(obs, actions, *memory)
         return ppo_loss(
             newlogprob.float(),
             logprobs,
