@@ -6,6 +6,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
+    python benchmarks/compare.py --algos recurrent_ppo --seeds 0     # LSTM on CartPole without velocities, sb3-contrib
     python benchmarks/compare.py --algos ppo_halfcheetah,ppo_walker2d --seeds 0   # the zoo's PPO, ~2.5 h
 
 Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
@@ -39,9 +40,43 @@ class Spec:
     sb3_algo: str
     sb3_kwargs: dict[str, Any]
     n_envs: int
+    sb3_module: str = "stable_baselines3"  # sb3_contrib for RecurrentPPO
+    sb3_policy: str = "MlpPolicy"
+    wrapper: str | None = None  # a gymnasium wrapper's import path, around each sub-env of both libraries
 
 
 SPECS: dict[str, Spec] = {
+    "recurrent_ppo": Spec(  # the zoo's ppo_lstm CartPoleNoVel-v1, but a constant clip range as ours
+        config="configs/recurrent_ppo/cartpole_novel.yaml",
+        env_id="CartPole-v1",
+        total_env_steps=100_000,
+        eval_every=10_000,
+        threshold=475,
+        sb3_algo="RecurrentPPO",
+        sb3_kwargs=dict(
+            normalize=True,
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            vf_coef=0.25,  # SB3 weighs the whole squared error, ours half of it (ours: 0.5)
+            learning_rate="lin_1e-3",
+            clip_range=0.2,
+            policy_kwargs=dict(
+                ortho_init=False,
+                activation_fn="relu",
+                lstm_hidden_size=64,
+                enable_critic_lstm=True,
+                net_arch=dict(pi=[64], vf=[64]),
+            ),
+        ),
+        n_envs=8,
+        sb3_module="sb3_contrib",
+        sb3_policy="MlpLstmPolicy",
+        wrapper="rl_lightning.envs.wrappers.MaskVelocity",
+    ),
     "ppo": Spec(
         config="configs/ppo/cartpole.yaml",
         env_id="CartPole-v1",
@@ -238,7 +273,8 @@ def run_ours_bf16(spec: Spec, seed: int) -> dict[str, Any]:
 
 
 def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
-    import stable_baselines3 as sb3
+    import importlib
+
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -256,8 +292,12 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
         if isinstance(value, str) and value.startswith("lin_"):
             start = float(value[4:])
             kwargs[key] = get_linear_fn(start, 0.0, 1.0)
-    env = make_vec_env(spec.env_id, n_envs=spec.n_envs, seed=seed)
-    eval_env = make_vec_env(spec.env_id, n_envs=1, seed=seed + 1_000_000)
+    wrapper = None
+    if spec.wrapper is not None:
+        module, _, name = spec.wrapper.rpartition(".")
+        wrapper = getattr(importlib.import_module(module), name)
+    env = make_vec_env(spec.env_id, n_envs=spec.n_envs, seed=seed, wrapper_class=wrapper)
+    eval_env = make_vec_env(spec.env_id, n_envs=1, seed=seed + 1_000_000, wrapper_class=wrapper)
     if kwargs.pop("normalize", False):  # the zoo's VecNormalize; evaluation with the training statistics, frozen
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
@@ -267,7 +307,8 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
 
         modules = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
         policy_kwargs["activation_fn"] = modules[policy_kwargs["activation_fn"]]
-    model = getattr(sb3, spec.sb3_algo)("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    algorithm = getattr(importlib.import_module(spec.sb3_module), spec.sb3_algo)
+    model = algorithm(spec.sb3_policy, env, seed=seed, device="cpu", verbose=0, **kwargs)
 
     class Clock(BaseCallback):
         def __init__(self) -> None:

@@ -3,8 +3,9 @@ from rl_lightning.algorithms.base import RLModule
 from rl_lightning.algorithms.ddpg import DDPG
 from rl_lightning.algorithms.dqn import DQN
 from rl_lightning.algorithms.ppo import PPO
+from rl_lightning.algorithms.recurrent_ppo import RecurrentPPO
 from rl_lightning.algorithms.reinforce import REINFORCE
 from rl_lightning.algorithms.sac import SAC
 from rl_lightning.algorithms.td3 import TD3
 
-__all__ = ["A2C", "DDPG", "DQN", "PPO", "REINFORCE", "SAC", "TD3", "RLModule"]
+__all__ = ["A2C", "DDPG", "DQN", "PPO", "REINFORCE", "RecurrentPPO", "SAC", "TD3", "RLModule"]
