@@ -11,9 +11,9 @@ memory unless ``shared_memory``.
   bootstrapped from V(final observation) under that episode's memory, the rollout from V(next
   observation) under the memory after its last step.
 - Update: a minibatch is a subset of the sub-envs over the whole rollout (``num_minibatches`` must
-  divide ``env.num_envs``), replayed from the stored start memories with the same resets. Between
-  episode starts the fused ``nn.LSTM``/``nn.GRU`` runs over the whole stretch; the sequence is cut only
-  at the steps where some sub-env starts an episode.
+  divide ``env.num_envs``), replayed from the stored start memories with the same resets. The
+  sequences are split at episode starts and the pieces run side by side, padded, in one call of the
+  fused ``nn.LSTM``/``nn.GRU`` per memory (``RecurrentActorCritic.sequence``).
 - Evaluation plays each evaluation env from a zero memory (each plays one episode). Exported policies
   are ``(obs, memory) -> (actions, memory)``, the first memory zeros (``initial_memory``).
 
@@ -24,6 +24,7 @@ before any env step: torch-backend envs, CUDA graphs, ``compile``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -126,17 +127,29 @@ class RecurrentActorCritic(nn.Module):
             states.append(torch.cat(new if self.slots == 2 else (new,)).transpose(0, 1))
         return outputs[0], outputs[-1], torch.cat(states, 1)
 
-    def sequence(self, x: Tensor, state: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``_run`` with each sub-env's memory reset at the steps where its episode starts
-        (``episode_starts`` ``[T, n]``, the first row included): fused between the steps where any
-        sub-env starts one, cut there (one host sync to find them)."""
-        cuts = [0, *(episode_starts[1:].any(1).nonzero().flatten() + 1).tolist(), len(x)]
-        actor, critic = [], []
-        for begin, end in zip(cuts[:-1], cuts[1:], strict=True):
-            a, c, state = self._run(x[begin:end], reset_where(state, episode_starts[begin]))
-            actor.append(a)
-            critic.append(c)
-        return torch.cat(actor), torch.cat(critic), state
+    def sequence(self, x: Tensor, state: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
+        """Actor and critic outputs ``[T, n, hidden_size]`` over ``x`` ``[T, n, features]`` from ``state``,
+        each sub-env's memory reset at the steps where its episode starts (``episode_starts`` ``[T, n]``,
+        the first row included).
+
+        The sequences are split at episode starts into chunks (one episode piece each), padded at their
+        ends into one batch ``[longest, chunks, features]`` and run in one fused call per memory: a
+        chunk's first memory is its sub-env's ``state`` (reset if an episode starts there) for the first
+        chunk of each sub-env, zeros for the others. Padding comes after a chunk's steps, so it never
+        reaches their outputs. One host sync (the batch's shape)."""
+        steps, n = episode_starts.shape
+        begins = episode_starts.t().flatten().clone()  # sub-env-major: row i * steps + t
+        begins[::steps] = True  # every sub-env's first step begins a chunk
+        chunk = begins.cumsum(0) - 1  # the chunk of each step
+        first_rows = begins.nonzero().flatten()
+        position = torch.arange(steps * n, device=x.device) - first_rows[chunk]
+        num_chunks, longest = len(first_rows), int(position.max()) + 1
+        padded = x.new_zeros(longest, num_chunks, x.shape[-1])
+        padded[position, chunk] = x.transpose(0, 1).flatten(0, 1)
+        chunk_state = state.new_zeros(num_chunks, *state.shape[1:])
+        chunk_state[chunk[::steps]] = reset_where(state, episode_starts[0])
+        actor, critic, _ = self._run(padded, chunk_state)
+        return tuple(out[position, chunk].view(n, steps, -1).transpose(0, 1) for out in (actor, critic))
 
     def _value(self, critic_out: Tensor) -> Tensor:
         return self.body.critic(critic_out).squeeze(-1)
@@ -160,7 +173,7 @@ class RecurrentActorCritic(nn.Module):
         ``actions`` flattened time-major from ``[T, n]``, replayed from ``start_state`` ``[n, ...]`` with
         the resets of ``episode_starts`` ``[T, n]``."""
         x = self._encode(obs).unflatten(0, episode_starts.shape)
-        actor, critic, _ = self.sequence(x, start_state, episode_starts)
+        actor, critic = self.sequence(x, start_state, episode_starts)
         params = self.head(self.body.actor_body(actor.flatten(0, 1)))
         return *self.head.log_prob_entropy(params, actions), self._value(critic.flatten(0, 1))
 
@@ -307,32 +320,8 @@ class RecurrentPPO(PPO):
         normalize_obs: bool = False,
         normalize_reward: bool = False,
     ) -> None:
-        super().__init__(
-            env=env,
-            run=run,
-            num_steps=num_steps,
-            learning_rate=learning_rate,
-            anneal_lr=anneal_lr,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            update_epochs=update_epochs,
-            num_minibatches=num_minibatches,
-            clip_coef=clip_coef,
-            clip_vloss=clip_vloss,
-            norm_adv=norm_adv,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            target_kl=target_kl,
-            hidden_sizes=hidden_sizes,
-            activation=activation,
-            orthogonal_init=orthogonal_init,
-            log_std_init=log_std_init,
-            use_sde=use_sde,
-            sde_sample_freq=sde_sample_freq,
-            normalize_obs=normalize_obs,
-            normalize_reward=normalize_reward,
-        )
+        arguments = locals()
+        super().__init__(**{name: arguments[name] for name in inspect.signature(PPO).parameters})
         one_of("recurrent", recurrent, ("lstm", "gru"))
         at_least("hidden_size", hidden_size, 1)
         num_envs = self.env_config.num_envs
@@ -419,7 +408,7 @@ class RecurrentPPO(PPO):
             yield *(x[rows] for x in fields), side.episode_starts[:, envs], side.start_memory[envs]
 
     def enable_cuda_graphs(self) -> None:
-        raise ConfigError("RecurrentPPO does not run as CUDA graphs (its sequences are cut at episode starts).")
+        raise ConfigError("RecurrentPPO does not run as CUDA graphs (it splits training sequences on the host).")
 
     def compile_networks(self, **compile_kwargs: Any) -> None:
-        raise ConfigError("RecurrentPPO does not support compile: true (its sequences are cut at episode starts).")
+        raise ConfigError("RecurrentPPO does not support compile: true (it splits training sequences on the host).")
