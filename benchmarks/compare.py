@@ -6,7 +6,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
-    python benchmarks/compare.py --algos recurrent_ppo --seeds 0     # LSTM on CartPole without velocities, sb3-contrib
+    python benchmarks/compare.py --algos recurrent_ppo --seeds 0 --env-steps 10240   # LSTM, sb3-contrib: throughput
     python benchmarks/compare.py --algos ppo_halfcheetah,ppo_walker2d --seeds 0   # the zoo's PPO, ~2.5 h
 
 Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -473,15 +473,18 @@ def raw_env_throughput(env_id: str, n_envs: int, steps: int = 20_000) -> float:
 
 
 # --------------------------------------------------------------------------------------------- main
-def child(kind: str, algo: str, seed: int, threads: int) -> None:
+def child(kind: str, algo: str, seed: int, threads: int, env_steps: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    print(json.dumps(RUNNERS[kind](SPECS[algo], seed)))
+    spec = SPECS[algo]
+    if env_steps:  # --env-steps: another budget, evaluations at its end
+        spec = replace(spec, total_env_steps=env_steps, eval_every=min(spec.eval_every, env_steps))
+    print(json.dumps(RUNNERS[kind](spec, seed)))
 
 
-def launch(kind: str, algo: str, seed: int, threads: int) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads)]
+def launch(kind: str, algo: str, seed: int, threads: int, env_steps: int | None = None) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads), str(env_steps or 0)]
     env = child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return child_result(cmd, env, f"{kind} {algo} seed {seed}")
 
@@ -493,11 +496,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (same for every library)")
     p.add_argument("--bf16", action="store_true", help="also run ours with trainer.precision bf16-mixed")
     p.add_argument("--json", type=Path, help="also write all results here")
-    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--env-steps", type=int, help="budget of every run instead of its spec's (throughput only)")
+    p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        kind, algo, seed, threads = args.child
-        child(kind, algo, int(seed), int(threads))
+        kind, algo, seed, threads, env_steps = args.child
+        child(kind, algo, int(seed), int(threads), int(env_steps))
         return
 
     results: list[dict[str, Any]] = []
@@ -506,7 +510,7 @@ def main() -> None:
         kinds = ["ours"] + (["ours_bf16"] if args.bf16 else []) + ["sb3"] + (["plain"] if algo == "ppo" else [])
         for seed in args.seeds:
             for kind in kinds:  # interleaved: machine drift hits every library alike
-                r = launch(kind, algo, seed, args.threads)
+                r = launch(kind, algo, seed, args.threads, args.env_steps)
                 r.update(algo=algo, kind=kind, seed=seed)
                 results.append(r)
                 print(
