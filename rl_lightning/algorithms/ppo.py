@@ -33,6 +33,7 @@ from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
 from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.optim import linear_schedule
 from rl_lightning.validation import (
     actor_critic_loss_args,
     at_least,
@@ -105,6 +106,8 @@ class PPO(RLModule):
         update_epochs: Passes over each rollout.
         num_minibatches: Minibatches per pass; must divide ``num_envs * num_steps``.
         clip_coef: Surrogate clipping epsilon (also the value clipping range with ``clip_vloss``).
+        anneal_clip_coef: Anneal ``clip_coef`` linearly to 0 over ``total_env_steps`` (the RL Zoo's
+            ``clip_range: lin_...``); not with CUDA graphs or ``compile``, which would keep the first value.
         clip_vloss: Clip the value loss around the rollout's values (off by default, as in SB3;
             Andrychowicz et al. 2021 found it does not help).
         norm_adv: Normalize advantages per minibatch.
@@ -145,6 +148,7 @@ class PPO(RLModule):
         update_epochs: int = 4,
         num_minibatches: int = 4,
         clip_coef: float = 0.2,
+        anneal_clip_coef: bool = False,
         clip_vloss: bool = False,
         norm_adv: bool = True,
         ent_coef: float = 0.0,
@@ -166,6 +170,7 @@ class PPO(RLModule):
         on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
         actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
         positive("clip_coef", clip_coef)
+        self.clip_coef = clip_coef  # the value of this rollout's update (anneal_clip_coef)
         positive_or_none("target_kl", target_kl)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
         at_least("update_epochs", update_epochs, 1)
@@ -209,6 +214,8 @@ class PPO(RLModule):
             b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
             if hp.anneal_lr:
                 self.anneal_learning_rate(opt, hp.learning_rate)
+            if hp.anneal_clip_coef:
+                self.clip_coef = hp.clip_coef * linear_schedule(1.0, 0.0, self.total_env_steps, self.env_steps)
             stats: list[Tensor] = []
             for _ in range(hp.update_epochs):
                 for minibatch in self.minibatches(b):
@@ -277,13 +284,18 @@ class PPO(RLModule):
             values,
             returns,
             entropy.float(),
-            hp.clip_coef,
+            self.clip_coef,
             hp.clip_vloss,
             hp.ent_coef,
             hp.vf_coef,
         )
 
+    def enable_cuda_graphs(self) -> None:
+        check(not self.hparams.anneal_clip_coef, "anneal_clip_coef does not run as CUDA graphs; set it false.")
+        super().enable_cuda_graphs()
+
     def compile_networks(self, **compile_kwargs: Any) -> None:
+        check(not self.hparams.anneal_clip_coef, "anneal_clip_coef does not run compiled; set it false.")
         if not getattr(self, "_networks_compiled", False):
             self.minibatch_loss = torch.compile(self.minibatch_loss, **compile_kwargs)  # type: ignore[method-assign]
         super().compile_networks(**compile_kwargs)

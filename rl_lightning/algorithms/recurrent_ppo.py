@@ -274,6 +274,8 @@ class RecurrentPPO(PPO):
         num_minibatches: Minibatches per pass, each ``num_envs / num_minibatches`` whole sub-env sequences;
             must divide ``env.num_envs``.
         clip_coef: Surrogate clipping epsilon (also the value clipping range with ``clip_vloss``).
+        anneal_clip_coef: Anneal ``clip_coef`` linearly to 0 over ``total_env_steps`` (the RL Zoo's
+            ``clip_range: lin_...``).
         clip_vloss: Clip the value loss around the rollout's values.
         norm_adv: Normalize advantages per minibatch.
         ent_coef: Entropy bonus coefficient.
@@ -305,6 +307,7 @@ class RecurrentPPO(PPO):
         update_epochs: int = 4,
         num_minibatches: int = 1,
         clip_coef: float = 0.2,
+        anneal_clip_coef: bool = False,
         clip_vloss: bool = False,
         norm_adv: bool = True,
         ent_coef: float = 0.0,
