@@ -17,9 +17,8 @@ memory unless ``shared_memory``.
 - Evaluation plays each evaluation env from a zero memory (each plays one episode). Exported policies
   are ``(obs, memory) -> (actions, memory)``, the first memory zeros (``initial_memory``).
 
-Deviations from sb3-contrib: minibatches are whole sub-env sequences (CleanRL's), not padded episode
-chunks; no clip-range schedule (sb3's zoo anneals it for CartPoleNoVel). Not supported, refused
-before any env step: torch-backend envs, CUDA graphs, ``compile``.
+Deviation from sb3-contrib: minibatches are whole sub-env sequences (CleanRL's), not padded episode
+chunks. Not supported, refused before any env step: torch-backend envs, CUDA graphs, ``compile``.
 """
 
 from __future__ import annotations
