@@ -74,10 +74,12 @@ EXPLORATION: dict[str, float] = {
     "td3/mountaincarcontinuous": 90,
 }
 # Partial observability: classic control without velocities (the zoo's "NoVel" envs); a memory needs to
-# infer them, stateless PPO beside it on the same settings stays far below. Thresholds: gymnasium's (475).
+# infer them, stateless PPO beside it on the same settings stays far below. Thresholds: gymnasium's (475),
+# PPO's on Pendulum with velocities (-250).
 MEMORY: dict[str, float] = {
     "recurrent_ppo/cartpole_novel": 475,
     "ppo/cartpole_novel": 475,
+    "recurrent_ppo/pendulum_novel": -250,  # PPO's Pendulum threshold (with velocities)
 }
 THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY}
 GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION, "memory": MEMORY}
