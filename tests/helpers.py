@@ -32,6 +32,7 @@ from rl_lightning import (
     SAC,
     TD3,
     EnvConfig,
+    RecurrentPPO,
     ReplayConfig,
     RLModule,
     RunConfig,
@@ -252,6 +253,9 @@ def _golden_cases() -> dict[str, Any]:
             normalize_reward=True,
             target_kl=0.05,
             clip_vloss=True,
+        ),
+        "recurrent_ppo": lambda: RecurrentPPO(
+            **cartpole, run=run(1024, 512, 3), num_steps=32, num_minibatches=2, update_epochs=2, hidden_size=16
         ),
         "a2c": lambda: A2C(**cartpole, run=run(400, 200, 3), rollouts_per_step=3),
         "reinforce": lambda: REINFORCE(**cartpole, run=run(1200, 600, 3), num_steps=100, max_grad_norm=1.0),

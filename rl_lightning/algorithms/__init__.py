@@ -5,8 +5,9 @@ from rl_lightning.algorithms.ddpg import DDPG
 from rl_lightning.algorithms.dqn import DQN
 from rl_lightning.algorithms.ppo import PPO
 from rl_lightning.algorithms.qrdqn import QRDQN
+from rl_lightning.algorithms.recurrent_ppo import RecurrentPPO
 from rl_lightning.algorithms.reinforce import REINFORCE
 from rl_lightning.algorithms.sac import SAC
 from rl_lightning.algorithms.td3 import TD3
 
-__all__ = ["A2C", "C51", "DDPG", "DQN", "PPO", "QRDQN", "REINFORCE", "SAC", "TD3", "RLModule"]
+__all__ = ["A2C", "C51", "DDPG", "DQN", "PPO", "QRDQN", "REINFORCE", "RecurrentPPO", "SAC", "TD3", "RLModule"]
