@@ -8,7 +8,7 @@ import os
 # OMP_NUM_THREADS yourself to choose otherwise.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from rl_lightning.algorithms import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, RLModule
+from rl_lightning.algorithms import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, TQC, CrossQ, RLModule
 from rl_lightning.config import ReplayConfig, RunConfig
 from rl_lightning.envs import EnvConfig, make_vector_env
 
@@ -21,6 +21,8 @@ __all__ = [
     "REINFORCE",
     "SAC",
     "TD3",
+    "TQC",
+    "CrossQ",
     "EnvConfig",
     "ReplayConfig",
     "RLModule",

@@ -21,7 +21,21 @@ import pytest
 import torch
 
 import rl_lightning
-from rl_lightning import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3, EnvConfig, ReplayConfig, RLModule, RunConfig
+from rl_lightning import (
+    A2C,
+    DDPG,
+    DQN,
+    PPO,
+    REINFORCE,
+    SAC,
+    TD3,
+    TQC,
+    CrossQ,
+    EnvConfig,
+    ReplayConfig,
+    RLModule,
+    RunConfig,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -261,6 +275,15 @@ def _golden_cases() -> dict[str, Any]:
         "sac": lambda: SAC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2)),
         "td3": lambda: TD3(**pendulum, run=run(500, 250, 2), replay=replay(phases_per_step=4)),
         "ddpg": lambda: DDPG(**pendulum, run=run(420, 210, 2), replay=replay(train_freq=3)),
+        "tqc": lambda: TQC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2), n_quantiles=5),
+        "crossq": lambda: CrossQ(
+            **pendulum,
+            run=run(500, 250, 2),
+            replay=replay(gradient_steps=2),
+            critic_hidden_sizes=(32, 32),
+            policy_delay=2,
+            batch_renorm_warmup_steps=300,  # the renormalization starts within the run
+        ),
     }
 
 

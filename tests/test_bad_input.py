@@ -83,7 +83,7 @@ CASES += [
     ([*DQN_CARTPOLE, "--model.hidden_sizes", "[0]"], "hidden_sizes must be positive"),
     (
         [*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"],
-        r"DQN cannot handle the action space Box.*For Box actions use A2C, DDPG, PPO, REINFORCE, SAC, TD3",
+        r"DQN cannot handle the action space Box.*For Box actions use A2C, CrossQ, DDPG, PPO, REINFORCE, SAC, TD3, TQC",
     ),
 ]
 

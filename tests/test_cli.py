@@ -75,7 +75,9 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
     if needs_mujoco(config):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
     # Off-policy configs: a warm-up that fits the tiny budget (learning_starts > total_env_steps is an error).
-    off_policy = any(f"rl_lightning.{algo}\n" in config.read_text() for algo in ("DQN", "SAC", "TD3", "DDPG"))
+    off_policy = any(
+        f"rl_lightning.{algo}\n" in config.read_text() for algo in ("DQN", "SAC", "TD3", "DDPG", "TQC", "CrossQ")
+    )
     warmup = ["--model.replay.learning_starts", "400"] if off_policy else []
     # In this process (the CLI's own main, as the console script runs it): a subprocess per config paid
     # ~5 s of imports each. The commands above and the DDP tests run the CLI as a subprocess.

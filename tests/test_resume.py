@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import DQN, PPO, SAC, EnvConfig
+from rl_lightning import DQN, PPO, SAC, TQC, CrossQ, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.checkpointing import ReplaySideFileIO
 from tests.helpers import build, quick_trainer
@@ -110,11 +110,12 @@ def off_policy(cls: type, total: int) -> DQN | SAC:
         env_steps_per_epoch=256,
         eval_episodes=2,
         save_replay_buffer=True,
+        **({"critic_hidden_sizes": (16,), "batch_renorm_warmup_steps": 100} if cls is CrossQ else {}),
     )
 
 
 @pytest.mark.parametrize("side_file", [False, True], ids=["inline", "side-file"])
-@pytest.mark.parametrize("cls", [DQN, SAC])
+@pytest.mark.parametrize("cls", [DQN, SAC, TQC, CrossQ])
 def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, side_file, tmp_path, monkeypatch):
     # A buffer of at least ReplaySideFileIO.min_bytes goes to a file next to the checkpoint.
     monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 0 if side_file else 2**62)

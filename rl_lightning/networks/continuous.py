@@ -53,13 +53,35 @@ def tanh_gaussian_sample(mean: Tensor, log_std: Tensor, eps: Tensor) -> tuple[Te
     return torch.tanh(u), (log_normal - log_det).sum(-1)
 
 
+def actor_trunk(
+    obs_dim: int, hidden_sizes: tuple[int, ...], activation: str, norm: Callable[[int], nn.Module] | None = None
+) -> tuple[nn.Sequential, int]:
+    """An actor's hidden layers (PyTorch's default initialization) and their output width. With
+    ``norm(dim)``, a normalization before each linear layer and one before the heads (CrossQ's batch
+    renormalization, as sb3-contrib places it)."""
+    trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
+    dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+    if norm is not None:
+        layers: list[nn.Module] = []
+        for layer in trunk:
+            layers += [norm(layer.in_features), layer] if isinstance(layer, nn.Linear) else [layer]
+        trunk = nn.Sequential(*layers, norm(dim))
+    return trunk, dim
+
+
 class TanhGaussianActor(nn.Module):
     """SAC's policy: an MLP giving the mean and (clamped) log-std of a Gaussian, squashed by tanh."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden_sizes: tuple[int, ...],
+        activation: str = "relu",
+        norm: Callable[[int], nn.Module] | None = None,
+    ) -> None:
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
-        dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+        self.trunk, dim = actor_trunk(obs_dim, hidden_sizes, activation, norm)
         self.mean = Float32Linear(dim, act_dim)
         self.log_std = Float32Linear(dim, act_dim)
 
@@ -92,10 +114,11 @@ class GSDEActor(nn.Module):
         hidden_sizes: tuple[int, ...],
         activation: str = "relu",
         log_std_init: float = -3.0,
+        norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
-        self.head = GSDEHead(hidden_sizes[-1] if hidden_sizes else obs_dim, act_dim, log_std_init, orthogonal=False)
+        self.trunk, dim = actor_trunk(obs_dim, hidden_sizes, activation, norm)
+        self.head = GSDEHead(dim, act_dim, log_std_init, orthogonal=False)
 
     def reset_noise(self, n: int = 1) -> None:
         """Draw ``n`` exploration matrices: one per sub-env for collection, one for a gradient step."""
@@ -121,8 +144,7 @@ class DeterministicActor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
-        dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+        self.trunk, dim = actor_trunk(obs_dim, hidden_sizes, activation)
         self.out = Float32Linear(dim, act_dim)
 
     def forward(self, obs: Tensor) -> Tensor:
