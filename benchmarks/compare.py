@@ -4,6 +4,8 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py                        # PPO CartPole, seeds 0 1 2
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
+    python benchmarks/compare.py --algos sac,tqc,crossq --seeds 0 --env-steps 4000   # throughput only
+    python benchmarks/compare.py --algos tqc,crossq --seeds 0 1 2   # vs sb3-contrib
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
     python benchmarks/compare.py --algos ppo_halfcheetah,ppo_walker2d --seeds 0   # the zoo's PPO, ~2.5 h
@@ -20,7 +22,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +203,27 @@ SPECS: dict[str, Spec] = {
         ),
         n_envs=1,
     ),
+    # TQC and CrossQ against sb3-contrib's, the RL Zoo's Pendulum settings (tqc.yml, crossq.yml).
+    "tqc": Spec(
+        config="configs/tqc/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="TQC",
+        sb3_kwargs=dict(learning_rate=1e-3),
+        n_envs=1,
+    ),
+    "crossq": Spec(
+        config="configs/crossq/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="CrossQ",
+        sb3_kwargs=dict(policy_delay=2, policy_kwargs=dict(net_arch=[256, 256])),
+        n_envs=1,
+    ),
     "td3": Spec(
         config="configs/td3/pendulum.yaml",
         env_id="Pendulum-v1",
@@ -267,6 +290,8 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
 
         modules = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
         policy_kwargs["activation_fn"] = modules[policy_kwargs["activation_fn"]]
+    if spec.sb3_algo in ("TQC", "CrossQ"):
+        import sb3_contrib as sb3  # noqa: F811 (the algorithms sb3-contrib adds)
     model = getattr(sb3, spec.sb3_algo)("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
 
     class Clock(BaseCallback):
@@ -432,15 +457,20 @@ def raw_env_throughput(env_id: str, n_envs: int, steps: int = 20_000) -> float:
 
 
 # --------------------------------------------------------------------------------------------- main
-def child(kind: str, algo: str, seed: int, threads: int) -> None:
+def child(kind: str, algo: str, seed: int, threads: int, env_steps: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    print(json.dumps(RUNNERS[kind](SPECS[algo], seed)))
+    print(json.dumps(RUNNERS[kind](budget(SPECS[algo], env_steps), seed)))
 
 
-def launch(kind: str, algo: str, seed: int, threads: int) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads)]
+def budget(spec: Spec, env_steps: int) -> Spec:
+    """``spec`` with ``env_steps`` of budget (0: its own) and two evaluations: for throughput checks."""
+    return replace(spec, total_env_steps=env_steps, eval_every=env_steps // 2) if env_steps else spec
+
+
+def launch(kind: str, algo: str, seed: int, threads: int, env_steps: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads), str(env_steps)]
     env = child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return child_result(cmd, env, f"{kind} {algo} seed {seed}")
 
@@ -452,11 +482,18 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (same for every library)")
     p.add_argument("--bf16", action="store_true", help="also run ours with trainer.precision bf16-mixed")
     p.add_argument("--json", type=Path, help="also write all results here")
-    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--env-steps",
+        type=int,
+        default=0,
+        help="budget of every run instead of the spec's (throughput checks: returns are not comparable then; "
+        "TD3's spec has 10k random warm-up steps)",
+    )
+    p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        kind, algo, seed, threads = args.child
-        child(kind, algo, int(seed), int(threads))
+        kind, algo, seed, threads, env_steps = args.child
+        child(kind, algo, int(seed), int(threads), int(env_steps))
         return
 
     results: list[dict[str, Any]] = []
@@ -465,7 +502,7 @@ def main() -> None:
         kinds = ["ours"] + (["ours_bf16"] if args.bf16 else []) + ["sb3"] + (["plain"] if algo == "ppo" else [])
         for seed in args.seeds:
             for kind in kinds:  # interleaved: machine drift hits every library alike
-                r = launch(kind, algo, seed, args.threads)
+                r = launch(kind, algo, seed, args.threads, args.env_steps)
                 r.update(algo=algo, kind=kind, seed=seed)
                 results.append(r)
                 print(

@@ -79,6 +79,8 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
         f"rl_lightning.{algo}\n" in config.read_text() for algo in ("DQN", "SAC", "TD3", "DDPG", "TQC", "CrossQ")
     )
     warmup = ["--model.replay.learning_starts", "400"] if off_policy else []
+    if "rl_lightning.CrossQ\n" in config.read_text():  # 2048-wide critics: ~2 min per tiny fit
+        warmup += ["--model.critic_hidden_sizes", "[64, 64]"]
     # In this process (the CLI's own main, as the console script runs it): a subprocess per config paid
     # ~5 s of imports each. The commands above and the DDP tests run the CLI as a subprocess.
     monkeypatch.chdir(tmp_path)
