@@ -8,9 +8,12 @@ import pytest
 import torch
 from torch import nn
 
+from rl_lightning import SAC
+from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.continuous import QEnsemble
 from rl_lightning.networks.mlp import mlp
+from tests.helpers import quick_trainer, tiny_sac
 
 
 def separate_copies(ens: QEnsemble) -> list[nn.Sequential]:
@@ -81,4 +84,19 @@ def test_a_checkpoint_of_separate_critics_is_refused_in_one_line():
     old = {f"qs.{i}.{j}.{p}": torch.zeros(1) for i in range(2) for j in (0, 2, 4) for p in ("weight", "bias")}
     with pytest.raises(ConfigError, match=r"separate networks \(qs\.\*\).*train anew") as error:
         ens.load_state_dict(old)
+    assert "\n" not in str(error.value)
+
+
+def test_load_from_checkpoint_refuses_the_old_layout_in_one_line(tmp_path):
+    model = tiny_sac(total_env_steps=150)
+    quick_trainer(callbacks=[LastCheckpoint(dirpath=tmp_path)], enable_checkpointing=True).fit(model)
+    checkpoint = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    state = checkpoint["state_dict"]
+    for key in [k for k in state if k.startswith("critic.layers.")]:  # back to critic.qs.<i>.<2j>.<weight|bias>
+        layer, param = key.split(".")[2:]
+        for i, member in enumerate(state.pop(key)):
+            state[f"critic.qs.{i}.{2 * int(layer)}.{param}"] = member.T if param == "weight" else member[0]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    with pytest.raises(ConfigError, match=r"critic\.qs\.\*.*older than this version") as error:
+        SAC.load_from_checkpoint(tmp_path / "old.ckpt")
     assert "\n" not in str(error.value)
