@@ -5,6 +5,8 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
     python benchmarks/compare.py --algos qrdqn --seeds 0 1 2   # QR-DQN CartPole vs sb3-contrib's QRDQN
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
+    python benchmarks/compare.py --algos sac,tqc,crossq --seeds 0 --env-steps 4000   # throughput only
+    python benchmarks/compare.py --algos tqc,crossq --seeds 0 1 2   # vs sb3-contrib
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
     python benchmarks/compare.py --algos recurrent_ppo --seeds 0 --env-steps 10240   # LSTM, sb3-contrib: throughput
@@ -236,6 +238,27 @@ SPECS: dict[str, Spec] = {
             vf_coef=0.871923,
             max_grad_norm=1.0,
         ),
+        n_envs=1,
+    ),
+    # TQC and CrossQ against sb3-contrib's, the RL Zoo's Pendulum settings (tqc.yml, crossq.yml).
+    "tqc": Spec(
+        config="configs/tqc/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="TQC",
+        sb3_kwargs=dict(learning_rate=1e-3),
+        n_envs=1,
+    ),
+    "crossq": Spec(
+        config="configs/crossq/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="CrossQ",
+        sb3_kwargs=dict(policy_delay=2, policy_kwargs=dict(net_arch=[256, 256])),
         n_envs=1,
     ),
     "td3": Spec(
@@ -494,14 +517,16 @@ def child(kind: str, algo: str, seed: int, threads: int, env_steps: int) -> None
     import torch
 
     torch.set_num_threads(threads)
-    spec = SPECS[algo]
-    if env_steps:  # --env-steps: another budget, evaluations at its end
-        spec = replace(spec, total_env_steps=env_steps, eval_every=min(spec.eval_every, env_steps))
-    print(json.dumps(RUNNERS[kind](spec, seed)))
+    print(json.dumps(RUNNERS[kind](budget(SPECS[algo], env_steps), seed)))
 
 
-def launch(kind: str, algo: str, seed: int, threads: int, env_steps: int | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads), str(env_steps or 0)]
+def budget(spec: Spec, env_steps: int) -> Spec:
+    """``spec`` with ``env_steps`` of budget (0: its own) and two evaluations: for throughput checks."""
+    return replace(spec, total_env_steps=env_steps, eval_every=env_steps // 2) if env_steps else spec
+
+
+def launch(kind: str, algo: str, seed: int, threads: int, env_steps: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads), str(env_steps)]
     env = child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return child_result(cmd, env, f"{kind} {algo} seed {seed}")
 
@@ -513,7 +538,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (same for every library)")
     p.add_argument("--bf16", action="store_true", help="also run ours with trainer.precision bf16-mixed")
     p.add_argument("--json", type=Path, help="also write all results here")
-    p.add_argument("--env-steps", type=int, help="budget of every run instead of its spec's (throughput only)")
+    p.add_argument(
+        "--env-steps",
+        type=int,
+        default=0,
+        help="budget of every run instead of the spec's (throughput checks: returns are not comparable then; "
+        "TD3's spec has 10k random warm-up steps)",
+    )
     p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:

@@ -31,6 +31,8 @@ from rl_lightning import (
     REINFORCE,
     SAC,
     TD3,
+    TQC,
+    CrossQ,
     EnvConfig,
     RecurrentPPO,
     ReplayConfig,
@@ -298,6 +300,15 @@ def _golden_cases() -> dict[str, Any]:
         "sac": lambda: SAC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2)),
         "td3": lambda: TD3(**pendulum, run=run(500, 250, 2), replay=replay(phases_per_step=4)),
         "ddpg": lambda: DDPG(**pendulum, run=run(420, 210, 2), replay=replay(train_freq=3)),
+        "tqc": lambda: TQC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2), n_quantiles=5),
+        "crossq": lambda: CrossQ(
+            **pendulum,
+            run=run(500, 250, 2),
+            replay=replay(gradient_steps=2),
+            critic_hidden_sizes=(32, 32),
+            policy_delay=2,
+            batch_renorm_warmup_steps=300,  # the renormalization starts within the run
+        ),
     }
 
 
