@@ -5,8 +5,11 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py --algos ppo,a2c,dqn,sac,td3 --seeds 0 --threads 1
     python benchmarks/compare.py --algos qrdqn --seeds 0 1 2   # QR-DQN CartPole vs sb3-contrib's QRDQN
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
+    python benchmarks/compare.py --algos sac,tqc,crossq --seeds 0 --env-steps 4000   # throughput only
+    python benchmarks/compare.py --algos tqc,crossq --seeds 0 1 2   # vs sb3-contrib
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
+    python benchmarks/compare.py --algos recurrent_ppo --seeds 0 --env-steps 10240   # LSTM, sb3-contrib: throughput
     python benchmarks/compare.py --algos ppo_halfcheetah,ppo_walker2d --seeds 0   # the zoo's PPO, ~2.5 h
 
 Each run is a fresh subprocess (no shared caches or thread pools), so imports are not timed.
@@ -22,7 +25,7 @@ import dataclasses
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +44,43 @@ class Spec:
     sb3_algo: str
     sb3_kwargs: dict[str, Any]
     n_envs: int
+    sb3_module: str = "stable_baselines3"  # sb3_contrib for RecurrentPPO, QRDQN
+    sb3_policy: str = "MlpPolicy"
+    wrapper: str | None = None  # a gymnasium wrapper's import path, around each sub-env of both libraries
 
 
 SPECS: dict[str, Spec] = {
+    "recurrent_ppo": Spec(  # the zoo's ppo_lstm CartPoleNoVel-v1
+        config="configs/recurrent_ppo/cartpole_novel.yaml",
+        env_id="CartPole-v1",
+        total_env_steps=100_000,
+        eval_every=10_000,
+        threshold=475,
+        sb3_algo="RecurrentPPO",
+        sb3_kwargs=dict(
+            normalize=True,
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            vf_coef=0.5,  # SB3 weighs the whole squared error, ours half of it (ours: 1.0)
+            learning_rate="lin_1e-3",
+            clip_range="lin_0.2",
+            policy_kwargs=dict(
+                ortho_init=False,
+                activation_fn="relu",
+                lstm_hidden_size=64,
+                enable_critic_lstm=True,
+                net_arch=dict(pi=[64], vf=[64]),
+            ),
+        ),
+        n_envs=8,
+        sb3_module="sb3_contrib",
+        sb3_policy="MlpLstmPolicy",
+        wrapper="rl_lightning.envs.wrappers.MaskVelocity",
+    ),
     "ppo": Spec(
         config="configs/ppo/cartpole.yaml",
         env_id="CartPole-v1",
@@ -203,6 +240,27 @@ SPECS: dict[str, Spec] = {
         ),
         n_envs=1,
     ),
+    # TQC and CrossQ against sb3-contrib's, the RL Zoo's Pendulum settings (tqc.yml, crossq.yml).
+    "tqc": Spec(
+        config="configs/tqc/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="TQC",
+        sb3_kwargs=dict(learning_rate=1e-3),
+        n_envs=1,
+    ),
+    "crossq": Spec(
+        config="configs/crossq/pendulum.yaml",
+        env_id="Pendulum-v1",
+        total_env_steps=20_000,
+        eval_every=2_000,
+        threshold=-200,
+        sb3_algo="CrossQ",
+        sb3_kwargs=dict(policy_delay=2, policy_kwargs=dict(net_arch=[256, 256])),
+        n_envs=1,
+    ),
     "td3": Spec(
         config="configs/td3/pendulum.yaml",
         env_id="Pendulum-v1",
@@ -231,6 +289,7 @@ SPECS["qrdqn"] = dataclasses.replace(
     total_env_steps=50_000,
     eval_every=5_000,
     sb3_algo="QRDQN",
+    sb3_module="sb3_contrib",
     sb3_kwargs={
         **SPECS["dqn"].sb3_kwargs,
         "exploration_fraction": 0.16,
@@ -254,7 +313,8 @@ def run_ours_bf16(spec: Spec, seed: int) -> dict[str, Any]:
 
 
 def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
-    import stable_baselines3 as sb3
+    import importlib
+
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -272,8 +332,12 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
         if isinstance(value, str) and value.startswith("lin_"):
             start = float(value[4:])
             kwargs[key] = get_linear_fn(start, 0.0, 1.0)
-    env = make_vec_env(spec.env_id, n_envs=spec.n_envs, seed=seed)
-    eval_env = make_vec_env(spec.env_id, n_envs=1, seed=seed + 1_000_000)
+    wrapper = None
+    if spec.wrapper is not None:
+        module, _, name = spec.wrapper.rpartition(".")
+        wrapper = getattr(importlib.import_module(module), name)
+    env = make_vec_env(spec.env_id, n_envs=spec.n_envs, seed=seed, wrapper_class=wrapper)
+    eval_env = make_vec_env(spec.env_id, n_envs=1, seed=seed + 1_000_000, wrapper_class=wrapper)
     if kwargs.pop("normalize", False):  # the zoo's VecNormalize; evaluation with the training statistics, frozen
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
@@ -283,13 +347,8 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
 
         modules = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}
         policy_kwargs["activation_fn"] = modules[policy_kwargs["activation_fn"]]
-    if hasattr(sb3, spec.sb3_algo):
-        algo = getattr(sb3, spec.sb3_algo)
-    else:  # QRDQN: sb3-contrib
-        import sb3_contrib
-
-        algo = getattr(sb3_contrib, spec.sb3_algo)
-    model = algo("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    algorithm = getattr(importlib.import_module(spec.sb3_module), spec.sb3_algo)
+    model = algorithm(spec.sb3_policy, env, seed=seed, device="cpu", verbose=0, **kwargs)
 
     class Clock(BaseCallback):
         def __init__(self) -> None:
@@ -454,15 +513,20 @@ def raw_env_throughput(env_id: str, n_envs: int, steps: int = 20_000) -> float:
 
 
 # --------------------------------------------------------------------------------------------- main
-def child(kind: str, algo: str, seed: int, threads: int) -> None:
+def child(kind: str, algo: str, seed: int, threads: int, env_steps: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    print(json.dumps(RUNNERS[kind](SPECS[algo], seed)))
+    print(json.dumps(RUNNERS[kind](budget(SPECS[algo], env_steps), seed)))
 
 
-def launch(kind: str, algo: str, seed: int, threads: int) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads)]
+def budget(spec: Spec, env_steps: int) -> Spec:
+    """``spec`` with ``env_steps`` of budget (0: its own) and two evaluations: for throughput checks."""
+    return replace(spec, total_env_steps=env_steps, eval_every=env_steps // 2) if env_steps else spec
+
+
+def launch(kind: str, algo: str, seed: int, threads: int, env_steps: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", kind, algo, str(seed), str(threads), str(env_steps)]
     env = child_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return child_result(cmd, env, f"{kind} {algo} seed {seed}")
 
@@ -474,11 +538,18 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (same for every library)")
     p.add_argument("--bf16", action="store_true", help="also run ours with trainer.precision bf16-mixed")
     p.add_argument("--json", type=Path, help="also write all results here")
-    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--env-steps",
+        type=int,
+        default=0,
+        help="budget of every run instead of the spec's (throughput checks: returns are not comparable then; "
+        "TD3's spec has 10k random warm-up steps)",
+    )
+    p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        kind, algo, seed, threads = args.child
-        child(kind, algo, int(seed), int(threads))
+        kind, algo, seed, threads, env_steps = args.child
+        child(kind, algo, int(seed), int(threads), int(env_steps))
         return
 
     results: list[dict[str, Any]] = []
@@ -487,7 +558,7 @@ def main() -> None:
         kinds = ["ours"] + (["ours_bf16"] if args.bf16 else []) + ["sb3"] + (["plain"] if algo == "ppo" else [])
         for seed in args.seeds:
             for kind in kinds:  # interleaved: machine drift hits every library alike
-                r = launch(kind, algo, seed, args.threads)
+                r = launch(kind, algo, seed, args.threads, args.env_steps)
                 r.update(algo=algo, kind=kind, seed=seed)
                 results.append(r)
                 print(

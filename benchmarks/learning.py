@@ -6,6 +6,7 @@
     python benchmarks/learning.py --configs ppo/hopper,ppo/halfcheetah,ppo/walker2d --plot curves.png
     python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
+    python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO on CartPole without velocities
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
 
@@ -73,8 +74,16 @@ EXPLORATION: dict[str, float] = {
     "sac/mountaincarcontinuous": 90,
     "td3/mountaincarcontinuous": 90,
 }
-THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION}
-GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION}
+# Partial observability: classic control without velocities (the zoo's "NoVel" envs); a memory needs to
+# infer them, stateless PPO beside it on the same settings stays far below. Thresholds: gymnasium's (475),
+# PPO's on Pendulum with velocities (-250).
+MEMORY: dict[str, float] = {
+    "recurrent_ppo/cartpole_novel": 475,
+    "ppo/cartpole_novel": 475,
+    "recurrent_ppo/pendulum_novel": -250,  # PPO's Pendulum threshold (with velocities)
+}
+THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY}
+GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION, "memory": MEMORY}
 # Published learning curves (returns along the way, not only at 1M) for the MuJoCo configs: the zoo's own
 # evaluation logs and the TD3 paper's 10 seeds; where each comes from is in the file's "sources".
 REFERENCE_CURVES: dict[str, list[dict[str, Any]]] = json.loads(

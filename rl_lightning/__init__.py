@@ -8,7 +8,21 @@ import os
 # OMP_NUM_THREADS yourself to choose otherwise.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from rl_lightning.algorithms import A2C, C51, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3, RLModule
+from rl_lightning.algorithms import (
+    A2C,
+    C51,
+    DDPG,
+    DQN,
+    PPO,
+    QRDQN,
+    REINFORCE,
+    SAC,
+    TD3,
+    TQC,
+    CrossQ,
+    RecurrentPPO,
+    RLModule,
+)
 from rl_lightning.config import ReplayConfig, RunConfig
 from rl_lightning.envs import EnvConfig, make_vector_env
 
@@ -21,8 +35,11 @@ __all__ = [
     "PPO",
     "QRDQN",
     "REINFORCE",
+    "RecurrentPPO",
     "SAC",
     "TD3",
+    "TQC",
+    "CrossQ",
     "EnvConfig",
     "ReplayConfig",
     "RLModule",

@@ -95,7 +95,11 @@ def env_actions(module: Any, obs: Tensor) -> Tensor:
     """The actions evaluation, videos and exported policies play: the module's deterministic actions,
     clipped to the bounds of a Box action space (PPO's Gaussian mean is unbounded), or discrete ones as
     the env takes them (``Discrete.start``, ``MultiBinary`` bits as integers)."""
-    actions = module(obs, deterministic=True)
+    return as_env_actions(module, module(obs, deterministic=True))
+
+
+def as_env_actions(module: Any, actions: Tensor) -> Tensor:
+    """The module's actions as the env takes them (``env_actions`` after the forward)."""
     if hasattr(module, "action_low"):
         return torch.clamp(actions, module.action_low, module.action_high)
     return to_env_actions_tensor(module.action_space, actions)

@@ -17,12 +17,14 @@ class _EvaluationPolicy(torch.nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, obs: Tensor) -> Tensor:
+    def forward(self, obs: Tensor, *memory: Tensor) -> Any:
         with torch.no_grad():
-            return self.module.act_in_env(obs)
+            return self.module.act_in_env(obs, *memory)
 
 
-def export_policy(module: Any, path: str | Path | None = None) -> torch.export.ExportedProgram:
+def export_policy(
+    module: Any, path: str | Path | None = None, memory: Tensor | None = None
+) -> torch.export.ExportedProgram:
     """The evaluation policy of an ``RLModule`` (``act_in_env``: observations in, env actions out) as
     a ``torch.export`` program for any batch size, on the module's device; written to ``path``
     (``.pt2``) if given.
@@ -33,14 +35,17 @@ def export_policy(module: Any, path: str | Path | None = None) -> torch.export.E
     normalization included. The program holds all of the module's weights. Its input has the env's
     dtype, as export fixes it: float32 for float observations (``torch.as_tensor(obs,
     dtype=torch.float32)`` for a float64 array; torch otherwise refuses with "Tensor dtype mismatch").
+
+    A policy with memory passes an example ``memory`` (two rows): the program is then
+    ``(obs, memory) -> (actions, memory)``, ``module.act_in_env(obs, memory)``.
     """
     observation_space, _ = module.build_for_env()
     example = torch.as_tensor(np.stack([observation_space.sample()] * 2), device=module.device)
+    batch = {0: torch.export.Dim("batch")}
+    inputs, dynamic_shapes = ((example,), (batch,)) if memory is None else ((example, memory), (batch, (batch,)))
     was_training = module.training
     try:
-        program = torch.export.export(
-            _EvaluationPolicy(module.eval()), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},)
-        )
+        program = torch.export.export(_EvaluationPolicy(module.eval()), inputs, dynamic_shapes=dynamic_shapes)
     finally:
         module.train(was_training)
     if path is not None:

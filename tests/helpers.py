@@ -31,7 +31,10 @@ from rl_lightning import (
     REINFORCE,
     SAC,
     TD3,
+    TQC,
+    CrossQ,
     EnvConfig,
+    RecurrentPPO,
     ReplayConfig,
     RLModule,
     RunConfig,
@@ -253,6 +256,9 @@ def _golden_cases() -> dict[str, Any]:
             target_kl=0.05,
             clip_vloss=True,
         ),
+        "recurrent_ppo": lambda: RecurrentPPO(
+            **cartpole, run=run(1024, 512, 3), num_steps=32, num_minibatches=2, update_epochs=2, hidden_size=16
+        ),
         "a2c": lambda: A2C(**cartpole, run=run(400, 200, 3), rollouts_per_step=3),
         "reinforce": lambda: REINFORCE(**cartpole, run=run(1200, 600, 3), num_steps=100, max_grad_norm=1.0),
         "dqn": lambda: DQN(
@@ -294,6 +300,15 @@ def _golden_cases() -> dict[str, Any]:
         "sac": lambda: SAC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2)),
         "td3": lambda: TD3(**pendulum, run=run(500, 250, 2), replay=replay(phases_per_step=4)),
         "ddpg": lambda: DDPG(**pendulum, run=run(420, 210, 2), replay=replay(train_freq=3)),
+        "tqc": lambda: TQC(**pendulum, run=run(500, 250, 2), replay=replay(gradient_steps=2), n_quantiles=5),
+        "crossq": lambda: CrossQ(
+            **pendulum,
+            run=run(500, 250, 2),
+            replay=replay(gradient_steps=2),
+            critic_hidden_sizes=(32, 32),
+            policy_delay=2,
+            batch_renorm_warmup_steps=300,  # the renormalization starts within the run
+        ),
     }
 
 

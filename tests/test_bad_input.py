@@ -83,11 +83,11 @@ CASES += [
     ([*DQN_CARTPOLE, "--model.hidden_sizes", "[0]"], "hidden_sizes must be positive"),
     (
         [*DQN_CARTPOLE, "--model.env.env_id", "Pendulum-v1"],
-        r"DQN cannot handle the action space Box.*For Box actions use A2C, DDPG, PPO, REINFORCE, SAC, TD3",
+        r"DQN cannot handle the action space Box.*For Box actions use A2C, CrossQ, DDPG, PPO, [^.]*SAC, TD3, TQC\.",
     ),
     (
         ["--config", str(ROOT / "configs/qrdqn/cartpole.yaml"), "--model.env.env_id", "Pendulum-v1"],
-        r"QRDQN cannot handle the action space Box.*For Box actions use A2C, DDPG, PPO, REINFORCE, SAC, TD3",
+        r"QRDQN cannot handle the action space Box.*For Box actions use A2C, CrossQ, DDPG, PPO, [^.]*SAC, TD3, TQC\.",
     ),
 ]
 
@@ -150,11 +150,11 @@ CASES += [
     (["--model.env.wrappers", "[{path: gymnasium.wrappers.ClipReward}]"], r"env.wrappers\[0\]: expected a class path"),
     (
         [*DQN_CARTPOLE, "--model.env.env_id", GRID, "--model.env.env_kwargs", "{multi_discrete: true}"],
-        r"DQN cannot handle the action space MultiDiscrete.*use A2C, PPO, REINFORCE\.",
+        r"DQN cannot handle the action space MultiDiscrete.*use A2C, PPO, REINFORCE, RecurrentPPO\.",
     ),
     (
         off_policy("sac") + ["--model.env.env_id", "CarRacing-v3"],
-        r"SAC has no image encoder .*Use A2C, C51, DQN, PPO, QRDQN, REINFORCE \(Nature CNN\)",
+        r"SAC has no image encoder .*Use A2C, C51, DQN, PPO, QRDQN, REINFORCE, RecurrentPPO \(Nature CNN\)",
     ),
     (
         [

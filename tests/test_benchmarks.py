@@ -182,3 +182,15 @@ def test_published_curves_are_read_at_the_runs_env_steps() -> None:
     expected = sum((run[60] + run[61]) / 2 for run in paper["runs"]) / 10
     assert f"TD3 paper (v1, 10 seeds): {expected:,.0f} [" in halfway
     assert learning.published_at("ppo/cartpole", 50_000) == "-"
+
+
+def test_update_time_script_runs_each_algorithms_update() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        update_time = importlib.import_module("update_time")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for name in ("sac", "td3", "tqc", "crossq"):
+        step = update_time.update_of(name)
+        step()
+        step()

@@ -76,10 +76,13 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
     # Off-policy configs: a warm-up that fits the tiny budget (learning_starts > total_env_steps is an error),
     off_policy = any(
-        f"rl_lightning.{algo}\n" in config.read_text() for algo in ("DQN", "C51", "QRDQN", "SAC", "TD3", "DDPG")
+        f"rl_lightning.{algo}\n" in config.read_text()
+        for algo in ("DQN", "C51", "QRDQN", "SAC", "TD3", "DDPG", "TQC", "CrossQ")
     )
     # and at most 8 gradient steps per phase (the zoo's 128-256 per phase of QR-DQN's 170 quantiles took a minute).
     warmup = ["--model.replay.learning_starts", "400", "--model.replay.gradient_steps", "8"] if off_policy else []
+    if "rl_lightning.CrossQ\n" in config.read_text():  # 2048-wide critics: ~2 min per tiny fit
+        warmup += ["--model.critic_hidden_sizes", "[64, 64]"]
     # In this process (the CLI's own main, as the console script runs it): a subprocess per config paid
     # ~5 s of imports each. The commands above and the DDP tests run the CLI as a subprocess.
     monkeypatch.chdir(tmp_path)

@@ -223,7 +223,8 @@ def test_replay_buffer_is_left_out_of_checkpoints_by_default(tmp_path):
 def test_continuous_actions_fail_at_once_pointing_to_sac_td3_ddpg():
     model = tiny_dqn(env=EnvConfig("Pendulum-v1", num_envs=1))
     with pytest.raises(
-        ValueError, match=r"DQN cannot handle the action space Box\(.*use A2C, DDPG, PPO, REINFORCE, SAC, TD3"
+        ValueError,
+        match=r"DQN cannot handle the action space Box\(.*use A2C, CrossQ, DDPG, PPO, REINFORCE, RecurrentPPO, SAC, TD3, TQC",
     ):
         quick_trainer().fit(model)
     assert model.env_steps == 0

@@ -122,3 +122,22 @@ def test_minibatches_must_divide_the_rollout():
 def test_invalid_hyperparameters_fail_at_construction(kw, msg):
     with pytest.raises(ValueError, match=msg):
         tiny_ppo(**kw)
+
+
+def test_anneal_clip_coef_decays_the_clip_range_over_the_budget():
+    seen = []
+    model = tiny_ppo(total_env_steps=512, env_steps_per_epoch=512, clip_coef=0.2, anneal_clip_coef=True)
+    original = model.minibatch_loss
+
+    def recording(*args):
+        seen.append((model.env_steps, model.clip_coef))
+        return original(*args)
+
+    model.minibatch_loss = recording
+    quick_trainer().fit(model)
+    # 8 rollouts of 64 env steps, each updated with 0.2 * (1 - env steps / 512) after its collection
+    assert sorted(set(seen)) == [(64 * k, pytest.approx(0.2 * (1 - 64 * k / 512))) for k in range(1, 9)]
+    with pytest.raises(Exception, match="anneal_clip_coef does not run as CUDA graphs"):
+        model.enable_cuda_graphs()
+    with pytest.raises(Exception, match="anneal_clip_coef does not run compiled"):
+        model.compile_networks()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import C51, DQN, PPO, QRDQN, SAC, EnvConfig
+from rl_lightning import C51, DQN, PPO, QRDQN, SAC, TQC, CrossQ, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.checkpointing import ReplaySideFileIO
 from tests.helpers import build, quick_trainer
@@ -97,6 +97,7 @@ def test_ppo_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
 OPTIONS = {
     C51: dict(noisy=True, prioritized_replay=True, n_step=3, n_atoms=11),
     QRDQN: dict(noisy=True, double_q=True, dueling=True, n_quantiles=5),
+    CrossQ: dict(critic_hidden_sizes=(16,), batch_renorm_warmup_steps=100),
 }
 
 
@@ -123,9 +124,9 @@ def off_policy(cls: type, total: int) -> DQN | SAC:
 
 @pytest.mark.parametrize(
     "cls, side_file",
-    [(DQN, False), (DQN, True), (SAC, False), (SAC, True), (C51, False), (QRDQN, False)],  # side files: any one
+    [(DQN, False), (DQN, True), (SAC, False), (SAC, True), (C51, False), (QRDQN, False), (TQC, False), (CrossQ, False)],
     ids=lambda v: v.__name__ if isinstance(v, type) else ("side-file" if v else "inline"),
-)
+)  # side files: any one algorithm's
 def test_off_policy_resume_with_replay_buffer_is_bit_exact(cls, side_file, tmp_path, monkeypatch):
     # A buffer of at least ReplaySideFileIO.min_bytes goes to a file next to the checkpoint.
     monkeypatch.setattr(ReplaySideFileIO, "min_bytes", 0 if side_file else 2**62)

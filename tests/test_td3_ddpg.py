@@ -79,7 +79,7 @@ def test_actor_and_targets_update_once_every_policy_frequency_critic_updates(cls
                     module.num_updates,
                     module.actor.out.weight.clone(),
                     module.actor_target.out.weight.clone(),
-                    module.critic_target.qs[0][-1].weight.clone(),
+                    module.critic_target.layers[-1].weight[0].clone(),
                 )
             )
 

@@ -17,7 +17,7 @@ Lightning's fixed cost is paid once per rollout instead of once per minibatch, a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -27,10 +27,11 @@ from torch import Tensor
 from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.rollout import Rollouts, gae_batch
+from rl_lightning.data.rollout import RolloutBatch, Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.mlp import Activation
+from rl_lightning.optim import linear_schedule
 from rl_lightning.validation import (
     actor_critic_loss_args,
     at_least,
@@ -101,6 +102,8 @@ class PPO(RLModule):
         update_epochs: Passes over each rollout.
         num_minibatches: Minibatches per pass; must divide ``num_envs * num_steps``.
         clip_coef: Surrogate clipping epsilon (also the value clipping range with ``clip_vloss``).
+        anneal_clip_coef: Anneal ``clip_coef`` linearly to 0 over ``total_env_steps`` (the RL Zoo's
+            ``clip_range: lin_...``); not with CUDA graphs or ``compile``, which would keep the first value.
         clip_vloss: Clip the value loss around the rollout's values (off by default, as in SB3;
             Andrychowicz et al. 2021 found it does not help).
         norm_adv: Normalize advantages per minibatch.
@@ -135,6 +138,7 @@ class PPO(RLModule):
         update_epochs: int = 4,
         num_minibatches: int = 4,
         clip_coef: float = 0.2,
+        anneal_clip_coef: bool = False,
         clip_vloss: bool = False,
         norm_adv: bool = True,
         ent_coef: float = 0.0,
@@ -156,6 +160,7 @@ class PPO(RLModule):
         on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
         actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
         positive("clip_coef", clip_coef)
+        self.clip_coef = clip_coef  # the value of this rollout's update (anneal_clip_coef)
         positive_or_none("target_kl", target_kl)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
         at_least("update_epochs", update_epochs, 1)
@@ -197,24 +202,12 @@ class PPO(RLModule):
             b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
             if hp.anneal_lr:
                 self.anneal_learning_rate(opt, hp.learning_rate)
+            if hp.anneal_clip_coef:
+                self.clip_coef = hp.clip_coef * linear_schedule(1.0, 0.0, self.total_env_steps, self.env_steps)
             stats: list[Tensor] = []
             for _ in range(hp.update_epochs):
-                if hp.num_minibatches == 1:  # the whole rollout: views, no shuffle (a mean ignores order)
-                    minibatches: Iterable[Tensor | slice] = (slice(None),)
-                else:
-                    minibatches = torch.randperm(self.env_steps_per_iteration, device=self.device).split(
-                        self.minibatch_size
-                    )
-                for mb_inds in minibatches:
-                    out = self.run_update(
-                        self.minibatch_update,
-                        b.obs[mb_inds],
-                        b.actions[mb_inds],
-                        b.logprobs[mb_inds],
-                        b.advantages[mb_inds],
-                        b.values[mb_inds],
-                        b.returns[mb_inds],
-                    )
+                for minibatch in self.minibatches(b):
+                    out = self.run_update(self.minibatch_update, *minibatch)
                     if logging:  # ~15 us of stacking per minibatch, only on the steps that log
                         stats.append(torch.stack(out[1:]))
                 if hp.target_kl is not None:
@@ -238,23 +231,39 @@ class PPO(RLModule):
             )
         return out.loss
 
-    def minibatch_update(
-        self, obs: Tensor, actions: Tensor, logprobs: Tensor, advantages: Tensor, values: Tensor, returns: Tensor
-    ) -> PPOLoss:
-        """One minibatch's loss and optimizer step (one CUDA graph with CUDA graphs on)."""
-        out = self.minibatch_loss(obs, actions, logprobs, advantages, values, returns)
+    def minibatches(self, b: RolloutBatch) -> Iterator[tuple[Tensor, ...]]:
+        """One epoch's minibatches of the rollout, each the arguments of ``minibatch_update``: shuffled
+        transitions, or the whole rollout as it is when ``num_minibatches`` is 1 (a mean ignores order)."""
+        if self.hparams.num_minibatches == 1:
+            yield b.obs, b.actions, b.logprobs, b.advantages, b.values, b.returns
+            return
+        for mb_inds in torch.randperm(self.env_steps_per_iteration, device=self.device).split(self.minibatch_size):
+            yield tuple(x[mb_inds] for x in (b.obs, b.actions, b.logprobs, b.advantages, b.values, b.returns))
+
+    def minibatch_update(self, *minibatch: Tensor) -> PPOLoss:
+        """One minibatch's loss (``minibatch_loss``'s arguments) and optimizer step (one CUDA graph with
+        CUDA graphs on)."""
+        out = self.minibatch_loss(*minibatch)
         self.gradient_step(self.optimizers(), out.loss, self.hparams.max_grad_norm)
         return PPOLoss(*(t.detach() for t in out))
 
     def minibatch_loss(
-        self, obs: Tensor, actions: Tensor, logprobs: Tensor, advantages: Tensor, values: Tensor, returns: Tensor
+        self,
+        obs: Tensor,
+        actions: Tensor,
+        logprobs: Tensor,
+        advantages: Tensor,
+        values: Tensor,
+        returns: Tensor,
+        *memory: Tensor,
     ) -> PPOLoss:
         """The networks' forward and the PPO objective on one minibatch: one function, so that
-        ``compile_networks`` compiles the whole loss (and, through AOTAutograd, its backward)."""
+        ``compile_networks`` compiles the whole loss (and, through AOTAutograd, its backward). ``memory``:
+        what a recurrent agent's ``evaluate`` needs besides observations and actions (``RecurrentPPO``)."""
         hp = self.hparams
         if hp.norm_adv:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        newlogprob, entropy, newvalue = self.agent.evaluate(obs, actions)
+        newlogprob, entropy, newvalue = self.agent.evaluate(obs, actions, *memory)
         return ppo_loss(
             newlogprob.float(),
             logprobs,
@@ -263,13 +272,18 @@ class PPO(RLModule):
             values,
             returns,
             entropy.float(),
-            hp.clip_coef,
+            self.clip_coef,
             hp.clip_vloss,
             hp.ent_coef,
             hp.vf_coef,
         )
 
+    def enable_cuda_graphs(self) -> None:
+        check(not self.hparams.anneal_clip_coef, "anneal_clip_coef does not run as CUDA graphs; set it false.")
+        super().enable_cuda_graphs()
+
     def compile_networks(self, **compile_kwargs: Any) -> None:
+        check(not self.hparams.anneal_clip_coef, "anneal_clip_coef does not run compiled; set it false.")
         if not getattr(self, "_networks_compiled", False):
             self.minibatch_loss = torch.compile(self.minibatch_loss, **compile_kwargs)  # type: ignore[method-assign]
         super().compile_networks(**compile_kwargs)

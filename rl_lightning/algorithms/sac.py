@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import gymnasium as gym
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.config import CONTINUOUS_CONTROL_REPLAY, DEFAULT_RUN, ReplayConfig, RunConfig
+from rl_lightning.data.buffers import ReplayBatch
 from rl_lightning.data.replay import Replay
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
@@ -96,6 +98,7 @@ class SAC(RLModule):
     image_observations = False  # MLPs on flat observations
     ddp_find_unused_parameters = True  # actor, critic and alpha backward passes reach disjoint parameters
     checkpointed_attributes = ("num_updates",)
+    target_critic = True  # Polyak-averaged target critics (CrossQ has none)
 
     def __init__(
         self,
@@ -135,13 +138,22 @@ class SAC(RLModule):
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
         obs_dim, act_dim = flat_dim(observation_space), int(action_space.shape[0])
-        if hp.use_sde:
-            self.actor = GSDEActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation, hp.log_std_init)
-        else:
-            self.actor = TanhGaussianActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
-        self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=2, activation=hp.activation)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor = self.build_actor(obs_dim, act_dim)
+        self.critic = self.build_critic(obs_dim, act_dim)
+        if self.target_critic:
+            self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.target_entropy = float(-act_dim if hp.target_entropy is None else hp.target_entropy)
+
+    def build_actor(self, obs_dim: int, act_dim: int, norm: Callable[[int], nn.Module] | None = None) -> nn.Module:
+        """The tanh-Gaussian actor, with gSDE if asked; ``norm(dim)`` before each of its linear layers."""
+        hp = self.hparams
+        if hp.use_sde:
+            return GSDEActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation, hp.log_std_init, norm)
+        return TanhGaussianActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation, norm)
+
+    def build_critic(self, obs_dim: int, act_dim: int) -> QEnsemble:
+        """Twin Q critics (``TQC``: quantile critics)."""
+        return QEnsemble(obs_dim, act_dim, self.hparams.hidden_sizes, n=2, activation=self.hparams.activation)
 
     def build_experience(self) -> Replay:
         self.replay = Replay(self.replay_config, gamma=self.hparams.gamma, normalized_actions=True)
@@ -174,10 +186,7 @@ class SAC(RLModule):
             for _ in range(self.replay_config.gradient_steps):
                 if hp.use_sde and not self.graphs.enabled:  # drawn before the batch (a graph draws it inside)
                     self.actor.reset_noise()  # one matrix for this gradient step's batch, as in SB3
-                b = self.replay.sample()
-                out = self.run_update(
-                    self.batch_update, b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs
-                )
+                out = self.update(self.replay.sample())
                 self.num_updates += 1
                 if log:
                     stats.append(out.clone())
@@ -194,6 +203,10 @@ class SAC(RLModule):
                 }
             )
         return out[:2]
+
+    def update(self, b: ReplayBatch) -> Tensor:
+        """One gradient step on the batch ``b``: ``batch_update`` (one CUDA graph with CUDA graphs on)."""
+        return self.run_update(self.batch_update, b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs)
 
     def batch_update(
         self, obs: Tensor, actions: Tensor, rewards: Tensor, discounts: Tensor, terminated: Tensor, next_obs: Tensor
@@ -213,19 +226,31 @@ class SAC(RLModule):
         with torch.no_grad():
             next_actions, next_log_pi = self.actor.sample(next_obs)
             next_q = self.critic_target(next_obs, next_actions)
-            target = soft_q_target(rewards, discounts, terminated, next_q, next_log_pi, alpha)
+            target = self.td_target(rewards, discounts, terminated, next_q, next_log_pi, alpha)
         q = self.critic(obs, actions)
-        loss_q = q_loss(q, target)
+        loss_q = self.critic_loss(q, target)
         self.gradient_step(critic_opt, loss_q)
 
         # The actor's gradient flows through the (just updated) critics into the actions only.
         self.critic.requires_grad_(False)
-        loss_pi = sac_actor_loss(self.critic(obs, actions_pi), log_pi, alpha)
+        loss_pi = self.actor_loss(self.critic(obs, actions_pi), log_pi, alpha)
         self.critic.requires_grad_(True)
         self.gradient_step(actor_opt, loss_pi)
 
         polyak_update(self.critic, self.critic_target, hp.tau)
         return torch.stack([loss_q, loss_pi, q.mean(), -log_pi.mean(), alpha]).detach()
+
+    # The losses, as methods so that TQC can replace them (pure functions above).
+    def td_target(
+        self, rewards: Tensor, discounts: Tensor, terminated: Tensor, next_q: Tensor, next_log_pi: Tensor, alpha: Tensor
+    ) -> Tensor:
+        return soft_q_target(rewards, discounts, terminated, next_q, next_log_pi, alpha)
+
+    def critic_loss(self, q: Tensor, target: Tensor) -> Tensor:
+        return q_loss(q, target)
+
+    def actor_loss(self, q_pi: Tensor, log_pi: Tensor, alpha: Tensor) -> Tensor:
+        return sac_actor_loss(q_pi, log_pi, alpha)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.learning_rate

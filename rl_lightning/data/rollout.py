@@ -55,6 +55,15 @@ class RolloutBatch(NamedTuple):
 
 
 class Policy(Protocol):
+    """What a collector steps: ``act`` once per vector step (``(actions, log_probs, values)``), ``value``
+    for V(final observation) of truncated sub-envs and V(current observation) after the last step.
+
+    A policy with memory (``RecurrentPPO``'s) also has ``after_step(terminated, truncated)``, host
+    arrays, which ``RolloutCollector`` calls after every vector step of a gymnasium or envpool env, before
+    it asks for the values of the truncated sub-envs' final observations (in sub-env order): so it can
+    value those from their memories and reset each ended sub-env's memory before its next episode.
+    """
+
     def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]: ...
 
     def value(self, obs: Tensor) -> Tensor: ...
@@ -251,6 +260,7 @@ class RolloutCollector:
                 step(self._rows[t : t + 1])
             self._finish_on_device(policy)
         else:
+            after_step = getattr(policy, "after_step", None)  # a policy with memory (see Policy)
             for t in range(self.num_steps):
                 obs = self.next_obs  # raw; stored raw, normalized for the policy
                 actions, logprobs, values = policy.act(self._policy_obs(obs))
@@ -263,6 +273,8 @@ class RolloutCollector:
                 self.rewards[t] = rewards
                 self.terminated[t] = terminated
                 self.truncated[t] = truncated
+                if after_step is not None:
+                    after_step(terminated, truncated)
                 if self.return_rms is not None:
                     self.running_return = self.running_return * self.gamma + rewards
                     self.discounted_returns[t] = self.running_return

@@ -9,12 +9,15 @@ Under mixed precision the output layers (actor heads, the critics' last layer) r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rl_lightning.networks.mlp import Float32Linear, mlp
+from rl_lightning.errors import ConfigError
+from rl_lightning.networks.mlp import ACTIVATIONS, Float32Linear, mlp
 from rl_lightning.networks.policies import GSDEHead
 
 # Bounds of the actor's log standard deviation (SB3's; CleanRL squashes to [-5, 2] instead).
@@ -50,13 +53,35 @@ def tanh_gaussian_sample(mean: Tensor, log_std: Tensor, eps: Tensor) -> tuple[Te
     return torch.tanh(u), (log_normal - log_det).sum(-1)
 
 
+def actor_trunk(
+    obs_dim: int, hidden_sizes: tuple[int, ...], activation: str, norm: Callable[[int], nn.Module] | None = None
+) -> tuple[nn.Sequential, int]:
+    """An actor's hidden layers (PyTorch's default initialization) and their output width. With
+    ``norm(dim)``, a normalization before each linear layer and one before the heads (CrossQ's batch
+    renormalization, as sb3-contrib places it)."""
+    trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
+    dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+    if norm is not None:
+        layers: list[nn.Module] = []
+        for layer in trunk:
+            layers += [norm(layer.in_features), layer] if isinstance(layer, nn.Linear) else [layer]
+        trunk = nn.Sequential(*layers, norm(dim))
+    return trunk, dim
+
+
 class TanhGaussianActor(nn.Module):
     """SAC's policy: an MLP giving the mean and (clamped) log-std of a Gaussian, squashed by tanh."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden_sizes: tuple[int, ...],
+        activation: str = "relu",
+        norm: Callable[[int], nn.Module] | None = None,
+    ) -> None:
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
-        dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+        self.trunk, dim = actor_trunk(obs_dim, hidden_sizes, activation, norm)
         self.mean = Float32Linear(dim, act_dim)
         self.log_std = Float32Linear(dim, act_dim)
 
@@ -89,10 +114,11 @@ class GSDEActor(nn.Module):
         hidden_sizes: tuple[int, ...],
         activation: str = "relu",
         log_std_init: float = -3.0,
+        norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
-        self.head = GSDEHead(hidden_sizes[-1] if hidden_sizes else obs_dim, act_dim, log_std_init, orthogonal=False)
+        self.trunk, dim = actor_trunk(obs_dim, hidden_sizes, activation, norm)
+        self.head = GSDEHead(dim, act_dim, log_std_init, orthogonal=False)
 
     def reset_noise(self, n: int = 1) -> None:
         """Draw ``n`` exploration matrices: one per sub-env for collection, one for a gradient step."""
@@ -118,32 +144,88 @@ class DeterministicActor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], activation: str = "relu") -> None:
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden_sizes, activation=activation, orthogonal=False)
-        dim = hidden_sizes[-1] if hidden_sizes else obs_dim
+        self.trunk, dim = actor_trunk(obs_dim, hidden_sizes, activation)
         self.out = Float32Linear(dim, act_dim)
 
     def forward(self, obs: Tensor) -> Tensor:
         return torch.tanh(self.out(self.trunk(obs.flatten(1).float())).float())
 
 
-class QEnsemble(nn.Module):
-    """``n`` independent critics ``Q_i(s, a)``: MLPs on ``[s, a]`` with float32 output layers. Returns
-    ``[n, B]``, or ``[first, B]`` for the first critics only (TD3's actor loss uses ``Q_1``).
+class EnsembleLinear(nn.Module):
+    """``n`` independent linear layers run as one: ``weight`` ``[n, in, out]``, ``bias`` ``[n, 1, out]``,
+    ``y_i = x_i W_i + b_i`` in one ``baddbmm``. Built from ``n`` ``nn.Linear`` layers (their weights
+    stacked, so each member keeps PyTorch's default initialization). The input is ``[n, B, in]``, or
+    ``[B, in]`` shared by every member. With ``float32`` it computes in float32 under mixed precision
+    (an output layer, like ``Float32Linear``)."""
 
-    Separate MLPs, not one batched network (stacked ``[n, in, out]`` weights, one ``baddbmm`` per
-    layer): the batched form was measured no faster in whole fits at the default sizes, where the
-    update is compute-bound (docs/benchmarks.md, "Twin critics").
+    def __init__(self, layers: list[nn.Linear], float32: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach().T for layer in layers]))
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]).unsqueeze(1))
+        self.float32 = float32
+
+    def forward(self, x: Tensor, first: int | None = None) -> Tensor:
+        """``[n, B, out]`` (or ``[first, B, out]``: the first members only)."""
+        weight, bias = self.weight[:first], self.bias[:first]
+        if x.dim() == 2:
+            x = x.expand(len(weight), *x.shape)  # a view: the members read the same rows
+        if self.float32 and torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                return torch.baddbmm(bias, x.float(), weight)
+        return torch.baddbmm(bias, x, weight)
+
+    def extra_repr(self) -> str:
+        n, in_dim, out_dim = self.weight.shape
+        return f"n={n}, in_features={in_dim}, out_features={out_dim}"
+
+
+class QEnsemble(nn.Module):
+    """``n`` independent critics ``Q_i(s, a)``, MLPs on ``[s, a]``, run as one batched network: each
+    layer is an ``EnsembleLinear`` (one ``baddbmm`` for all critics instead of one small matmul per
+    critic), the output layer in float32. Returns ``[n, B]`` (``out_dim`` 1) or ``[n, B, out_dim]``
+    (TQC's quantiles); ``first`` runs only the first critics (TD3's actor loss uses ``Q_1``).
+
+    The critics are initialized as ``n`` separate ``mlp``s would be (PyTorch's default, drawn in the
+    same order), so a seed gives the same initial weights as separate critics; results then differ
+    only by floating-point reassociation. ``norm(n, dim)``, if given, builds a layer applied before
+    every linear layer (CrossQ's batch renormalization, per critic).
     """
 
     def __init__(
-        self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], n: int = 2, activation: str = "relu"
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden_sizes: tuple[int, ...],
+        n: int = 2,
+        activation: str = "relu",
+        out_dim: int = 1,
+        norm: Callable[[int, int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        self.n = n
-        self.qs = nn.ModuleList()
-        for _ in range(n):
-            self.qs.append(mlp(obs_dim + act_dim, hidden_sizes, 1, activation, orthogonal=False))
+        self.n, self.out_dim = n, out_dim
+        separate = [mlp(obs_dim + act_dim, hidden_sizes, out_dim, activation, orthogonal=False) for _ in range(n)]
+        per_layer = zip(*[[m for m in q if isinstance(m, nn.Linear)] for q in separate], strict=True)
+        self.layers = nn.ModuleList(
+            EnsembleLinear(list(layers), float32=isinstance(layers[0], Float32Linear)) for layers in per_layer
+        )
+        self.activation = ACTIVATIONS[activation]()
+        dims = (obs_dim + act_dim, *hidden_sizes)
+        self.norms = nn.ModuleList(norm(n, dim) for dim in dims) if norm is not None else None
 
     def forward(self, obs: Tensor, actions: Tensor, first: int | None = None) -> Tensor:
         x = torch.cat([obs.flatten(1).float(), actions.float()], dim=-1)
-        return torch.stack([q(x).squeeze(-1) for q in self.qs[:first]])
+        for i, layer in enumerate(self.layers):
+            if i > 0:
+                x = self.activation(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = layer(x, first)
+        return x.squeeze(-1) if self.out_dim == 1 else x
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        if any(key.startswith(prefix + "qs.") for key in state_dict):
+            raise ConfigError(
+                f"This checkpoint holds its critics as separate networks ({prefix}qs.*), a layout older than "
+                "this version's batched critics; it cannot be loaded: train anew, or load it with an older version."
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

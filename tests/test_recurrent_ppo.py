@@ -1,0 +1,227 @@
+"""RecurrentPPO: memories reset at episode starts, sequence minibatches replay collection exactly, exact
+resume, exported ``(obs, memory) -> (actions, memory)`` programs, evaluation memories, refusals; and the
+MaskVelocity wrapper."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from rl_lightning import PPO, EnvConfig, RecurrentPPO
+from rl_lightning.algorithms.recurrent_ppo import RecurrentActorCritic, reset_where
+from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.envs.make import make_vector_env
+from rl_lightning.envs.wrappers import MaskVelocity
+from rl_lightning.errors import ConfigError
+from tests.helpers import build, quick_trainer
+
+BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+def agent(recurrent: str = "lstm", shared_memory: bool = False) -> RecurrentActorCritic:
+    torch.manual_seed(0)
+    return RecurrentActorCritic(BOX, gym.spaces.Discrete(2), recurrent, 8, shared_memory, (16,))
+
+
+def step_by_step(net: RecurrentActorCritic, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor):
+    """The reference: one step at a time, ``state * (1 - start)`` before each."""
+    actor, critic = [], []
+    for t in range(len(x)):
+        a, c, state = net._run(x[t : t + 1], reset_where(state, starts[t]))
+        actor.append(a)
+        critic.append(c)
+    return torch.cat(actor), torch.cat(critic), state
+
+
+def test_memory_resets_at_an_episode_start_inside_a_sequence():
+    net = agent("gru")
+    x = torch.randn(5, 2, 3)
+    starts = torch.zeros(5, 2, dtype=torch.bool)
+    starts[3, 0] = True  # sub-env 0 starts an episode at step 3; sub-env 1 runs on
+    state = torch.randn(2, *net.initial_state(1).shape[1:])
+    actor, critic = net.sequence(x, state, starts)
+    # Sub-env 0 from step 3 on is what a fresh episode from zeros gives on x[3:]: the past is forgotten.
+    fresh_actor, fresh_critic, _ = net._run(x[3:, :1], net.initial_state(1))
+    torch.testing.assert_close(actor[3:, 0], fresh_actor[:, 0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(critic[3:, 0], fresh_critic[:, 0], rtol=0, atol=1e-6)
+    # Sub-env 1 is the uninterrupted run from its state.
+    whole, _, _ = net._run(x[:, 1:], state[1:])
+    torch.testing.assert_close(actor[:, 1], whole[:, 0], rtol=0, atol=1e-6)
+    # Without the reset sub-env 0's output would differ (the test can fail).
+    assert not torch.allclose(net._run(x[:, :1], state[:1])[0][3:, 0], fresh_actor[:, 0], atol=1e-3)
+
+
+@pytest.mark.parametrize("recurrent,shared", [("lstm", False), ("lstm", True), ("gru", False)])
+def test_sequence_forward_equals_the_step_by_step_forward(recurrent, shared):
+    net = agent(recurrent, shared)
+    torch.manual_seed(1)
+    x = torch.randn(12, 4, 3)
+    starts = torch.rand(12, 4) < 0.2
+    starts[0, :2] = True  # two sub-envs start an episode at the first step, two go on from their state
+    starts[1:, 3] = False  # and one runs the whole sequence in one piece
+    state = torch.randn(4, *net.initial_state(1).shape[1:])
+    got = net.sequence(x, state, starts)
+    want = step_by_step(net, x, state, starts)[:2]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
+
+
+def test_the_minibatch_loss_sees_what_collection_saw():
+    """After a rollout, ``evaluate`` on the whole rollout (sequence minibatches from the stored start memory
+    and episode starts) gives the log-probs and values collection stored, with episodes ending inside it."""
+    L.seed_everything(0)
+    model = build(RecurrentPPO, EnvConfig("CartPole-v1", num_envs=4, seed=0), num_steps=64, hidden_size=8)
+    model.build_for_env()
+    model.experience.start(make_vector_env(model.env_config), torch.device("cpu"), 0, 1, model.graphs)
+    for _ in range(2):  # the second rollout starts from the memory the first left
+        rollout = model.experience.collect(model.agent)
+        side = model.experience
+        assert side.episode_starts[1:].any(), "episodes must end inside the rollout for this test"
+        with torch.no_grad():
+            logprobs, _, values = model.agent.evaluate(
+                rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1), side.episode_starts, side.start_memory
+            )
+        torch.testing.assert_close(logprobs.view(64, 4), rollout.logprobs, rtol=0, atol=1e-5)
+        torch.testing.assert_close(values.view(64, 4), rollout.values, rtol=0, atol=1e-5)
+    model.experience.stop()
+
+
+class Corridor(gym.Env):
+    """16-step episodes (truncated), deterministic start; reward for moving right."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.x = 0, 0.0
+        return np.array([self.x, 0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.x = min(max(self.x + (0.1 if action == 1 else -0.1), 0.0), 1.0)
+        return np.array([self.x, 0.0], np.float32), float(action == 1), False, self.t >= 16, {}
+
+
+gym.register("test/RecurrentCorridor-v0", entry_point=Corridor)
+
+
+def recurrent(total: int) -> RecurrentPPO:
+    return build(
+        RecurrentPPO,
+        env=EnvConfig("test/RecurrentCorridor-v0", num_envs=4, seed=0),
+        total_env_steps=total,
+        num_steps=16,
+        num_minibatches=2,
+        update_epochs=2,
+        env_steps_per_epoch=256,
+        eval_episodes=2,
+        learning_rate=1e-2,
+        hidden_size=8,
+    )
+
+
+def test_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
+    L.seed_everything(0)
+    straight = recurrent(768)
+    quick_trainer().fit(straight)
+
+    L.seed_everything(0)
+    interrupted = recurrent(768)
+    quick_trainer(max_epochs=2, callbacks=[LastCheckpoint(dirpath=tmp_path)], enable_checkpointing=True).fit(
+        interrupted
+    )
+    checkpoint = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    torch.testing.assert_close(checkpoint["rl_lightning"]["replay_buffer"]["memory"], interrupted.experience.memory)
+    torch.manual_seed(123)
+    resumed = recurrent(768)
+    quick_trainer().fit(resumed, ckpt_path=tmp_path / "last.ckpt")
+
+    assert resumed.env_steps == straight.env_steps == 768
+    for a, b in zip(straight.state_dict().values(), resumed.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(straight.experience.memory, resumed.experience.memory, rtol=0, atol=0)
+
+
+def test_exported_policy_carries_the_memory_like_evaluation(tmp_path):
+    model = build(RecurrentPPO, EnvConfig("CartPole-v1"), hidden_size=8, normalize_obs=True)
+    model.build_for_env()
+    model.obs_rms.mean += 0.5
+    program = model.export_policy(tmp_path / "policy.pt2")
+    policy = torch.export.load(tmp_path / "policy.pt2").module()
+    torch.manual_seed(0)
+    obs = torch.randn(6, 5, 4)  # 6 steps of 5 envs (not the export's batch size)
+    memory = model.initial_memory(5)
+    exported_memory = torch.zeros_like(memory)  # the documented first memory
+    model.eval_memory = None
+    for t in range(6):
+        want = model.act_in_env(obs[t])  # evaluation's path, its memory carried by the module
+        actions, exported_memory = policy(obs[t], exported_memory)
+        torch.testing.assert_close(actions, want)
+        expected, memory = model.act_in_env(obs[t], memory)
+        torch.testing.assert_close(expected, want)
+    torch.testing.assert_close(exported_memory, model.eval_memory)
+    assert not torch.equal(exported_memory, torch.zeros_like(exported_memory))
+    assert program is not None
+
+
+def test_evaluation_starts_every_episode_from_zero_memory():
+    L.seed_everything(0)
+    model = build(RecurrentPPO, EnvConfig("CartPole-v1", seed=0), hidden_size=8)
+    model.build_for_env()
+    first = model.play_episodes([1, 2, 3])
+    model.eval_memory = torch.randn(3, *model.initial_memory(1).shape[1:]) * 10  # stale memory of other episodes
+    again = model.play_episodes([1, 2, 3])
+    np.testing.assert_array_equal(first[0], again[0])
+    assert model.eval_memory is None
+    # forward carries the memory between calls: the same observation twice acts from different memories
+    obs = torch.ones(3, 4)
+    model(obs)
+    after_one = model.eval_memory.clone()
+    model(obs)
+    assert not torch.equal(model.eval_memory, after_one)
+
+
+def test_refusals_name_the_way_forward():
+    with pytest.raises(ConfigError, match="num_minibatches=3 must divide env.num_envs=4"):
+        build(RecurrentPPO, EnvConfig("CartPole-v1", num_envs=4), num_steps=6, num_minibatches=3)
+    with pytest.raises(ConfigError, match="recurrent"):
+        build(RecurrentPPO, EnvConfig("CartPole-v1"), recurrent="rnn")
+    model = build(RecurrentPPO, EnvConfig("CartPole-v1"))
+    with pytest.raises(ConfigError, match="CUDA graphs"):
+        model.enable_cuda_graphs()
+    with pytest.raises(ConfigError, match="compile"):
+        model.compile_networks()
+    torch_env = build(
+        RecurrentPPO, EnvConfig("CartPole-v1", num_envs=2, backend="torch"), num_steps=8, num_minibatches=1
+    )
+    with pytest.raises(Exception, match="env.backend: torch is not supported"):
+        quick_trainer().fit(torch_env)
+
+
+def test_mask_velocity_zeroes_or_removes_the_velocities():
+    env = MaskVelocity(gym.make("CartPole-v1"))
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        obs, *_ = env.step(1)
+    assert obs[1] == 0 and obs[3] == 0 and obs[0] != 0 and obs[2] != 0
+    removed = MaskVelocity(gym.make("Pendulum-v1"), remove=True)
+    assert removed.observation_space.shape == (2,)
+    full, _ = gym.make("Pendulum-v1").reset(seed=0)
+    np.testing.assert_array_equal(removed.reset(seed=0)[0], full[:2])  # cos, sin; the angular velocity gone
+    with pytest.raises(ValueError, match="Acrobot"):
+        MaskVelocity(gym.make("Acrobot-v1"))
+
+
+def test_mask_velocity_from_a_config():
+    model = build(
+        PPO, EnvConfig("CartPole-v1", num_envs=2, wrappers=["rl_lightning.envs.wrappers.MaskVelocity"]), num_steps=8
+    )
+    envs = make_vector_env(model.env_config)
+    obs, _ = envs.reset(seed=0)
+    obs, *_ = envs.step(np.array([1, 1]))
+    assert (obs[:, [1, 3]] == 0).all()
+    envs.close()
