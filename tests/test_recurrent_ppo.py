@@ -73,7 +73,7 @@ def test_the_minibatch_loss_sees_what_collection_saw():
     """After a rollout, ``evaluate`` on the whole rollout (sequence minibatches from the stored start memory
     and episode starts) gives the log-probs and values collection stored, with episodes ending inside it."""
     L.seed_everything(0)
-    model = build(RecurrentPPO, EnvConfig("CartPole-v1", num_envs=4, seed=0), num_steps=64, hidden_size=8)
+    model = build(RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=4, seed=0), num_steps=64, hidden_size=8)
     model.build_for_env()
     model.experience.start(make_vector_env(model.env_config), torch.device("cpu"), 0, 1, model.graphs)
     for _ in range(2):  # the second rollout starts from the memory the first left
@@ -147,7 +147,7 @@ def test_resume_is_bit_exact_when_episodes_end_at_the_checkpoint(tmp_path):
 
 
 def test_exported_policy_carries_the_memory_like_evaluation(tmp_path):
-    model = build(RecurrentPPO, EnvConfig("CartPole-v1"), hidden_size=8, normalize_obs=True)
+    model = build(RecurrentPPO, env=EnvConfig("CartPole-v1"), hidden_size=8, normalize_obs=True)
     model.build_for_env()
     model.obs_rms.mean += 0.5
     program = model.export_policy(tmp_path / "policy.pt2")
@@ -170,7 +170,7 @@ def test_exported_policy_carries_the_memory_like_evaluation(tmp_path):
 
 def test_evaluation_starts_every_episode_from_zero_memory():
     L.seed_everything(0)
-    model = build(RecurrentPPO, EnvConfig("CartPole-v1", seed=0), hidden_size=8)
+    model = build(RecurrentPPO, env=EnvConfig("CartPole-v1", seed=0), hidden_size=8)
     model.build_for_env()
     first = model.play_episodes([1, 2, 3])
     model.eval_memory = torch.randn(3, *model.initial_memory(1).shape[1:]) * 10  # stale memory of other episodes
@@ -187,16 +187,16 @@ def test_evaluation_starts_every_episode_from_zero_memory():
 
 def test_refusals_name_the_way_forward():
     with pytest.raises(ConfigError, match="num_minibatches=3 must divide env.num_envs=4"):
-        build(RecurrentPPO, EnvConfig("CartPole-v1", num_envs=4), num_steps=6, num_minibatches=3)
+        build(RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=4), num_steps=6, num_minibatches=3)
     with pytest.raises(ConfigError, match="recurrent"):
-        build(RecurrentPPO, EnvConfig("CartPole-v1"), recurrent="rnn")
-    model = build(RecurrentPPO, EnvConfig("CartPole-v1"))
+        build(RecurrentPPO, env=EnvConfig("CartPole-v1"), recurrent="rnn")
+    model = build(RecurrentPPO, env=EnvConfig("CartPole-v1"))
     with pytest.raises(ConfigError, match="CUDA graphs"):
         model.enable_cuda_graphs()
     with pytest.raises(ConfigError, match="compile"):
         model.compile_networks()
     torch_env = build(
-        RecurrentPPO, EnvConfig("CartPole-v1", num_envs=2, backend="torch"), num_steps=8, num_minibatches=1
+        RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=2, backend="torch"), num_steps=8, num_minibatches=1
     )
     with pytest.raises(Exception, match="env.backend: torch is not supported"):
         quick_trainer().fit(torch_env)

@@ -1,4 +1,5 @@
-"""A variant of an algorithm (C51 and QR-DQN of DQN, DDPG of TD3) restates only the constructor arguments
+"""A variant of an algorithm (C51 and QR-DQN of DQN, DDPG of TD3, TQC and CrossQ of SAC, RecurrentPPO of
+PPO) restates only the constructor arguments
 it adds or whose default or meaning differs, the rest coming through ``**kwargs``: the CLI resolves its
 arguments as the parent's, less those it fixes, with its own defaults; Python and the CLI build the same
 module; and checkpoints, whose hyperparameters hold the parent's fixed arguments too, load."""
@@ -7,7 +8,7 @@ import inspect
 
 import pytest
 
-from rl_lightning import C51, DDPG, DQN, QRDQN, TD3, EnvConfig
+from rl_lightning import C51, DDPG, DQN, PPO, QRDQN, SAC, TD3, TQC, CrossQ, EnvConfig, RecurrentPPO
 from rl_lightning.checkpointing import without_fixed_hyperparameters
 from rl_lightning.config import constructor_defaults
 from tests.helpers import build, quick_trainer
@@ -22,6 +23,25 @@ VARIANTS = {
         {"loss"},
     ),
     DDPG: (TD3, {}, {}, {"policy_frequency", "target_policy_noise", "target_noise_clip"}),
+    TQC: (SAC, {"n_critics": 2, "n_quantiles": 25, "top_quantiles_to_drop_per_net": 2}, {}, set()),
+    CrossQ: (
+        SAC,
+        {
+            "policy_delay": 3,
+            "n_critics": 2,
+            "critic_hidden_sizes": (1024, 1024),
+            "batch_renorm_momentum": 0.01,
+            "batch_renorm_warmup_steps": 100_000,
+        },
+        {"learning_rate": 1e-3, "hidden_sizes": (256, 256)},  # hidden_sizes: the actor's only
+        {"tau"},
+    ),
+    RecurrentPPO: (
+        PPO,
+        {"recurrent": "lstm", "hidden_size": 128, "shared_memory": False},
+        {"num_minibatches": 1, "hidden_sizes": (64,)},
+        set(),
+    ),
 }
 
 
@@ -59,6 +79,7 @@ def test_the_fixed_arguments_of_a_checkpoint_are_dropped_on_load():
     assert dropped == ["policy_frequency", "target_policy_noise", "target_noise_clip"]
     assert list(checkpoint["hyper_parameters"]) == [*constructor_defaults(DDPG), "_instantiator", "_class_path"]
     assert without_fixed_hyperparameters(C51, {"hyper_parameters": dict(C51().hparams)}) == ["loss"]
+    assert without_fixed_hyperparameters(CrossQ, {"hyper_parameters": dict(CrossQ().hparams)}) == ["tau"]
     assert without_fixed_hyperparameters(DQN, {"hyper_parameters": dict(DQN().hparams)}) == []
 
 

@@ -24,20 +24,17 @@ which Adam's scale invariance makes immaterial).
 from __future__ import annotations
 
 from functools import partial
-from typing import Literal
+from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.sac import SAC, alpha_loss, sac_actor_loss, soft_q_target
-from rl_lightning.config import CONTINUOUS_CONTROL_REPLAY, DEFAULT_RUN, ReplayConfig, RunConfig
 from rl_lightning.data.buffers import ReplayBatch
-from rl_lightning.envs.make import EnvConfig
 from rl_lightning.networks.batch_renorm import BatchRenorm, set_batch_renorm_mode
 from rl_lightning.networks.continuous import QEnsemble, q_loss
 from rl_lightning.networks.encoders import flat_dim
-from rl_lightning.networks.mlp import Activation
 from rl_lightning.validation import at_least, mlp_args, non_negative, positive_fraction
 
 ADAM_BETAS = (0.5, 0.999)  # the paper's and sb3-contrib's
@@ -46,25 +43,14 @@ ADAM_BETAS = (0.5, 0.999)  # the paper's and sb3-contrib's
 class CrossQ(SAC):
     """CrossQ for continuous (``Box``) actions with finite bounds.
 
+    Its other arguments are SAC's, described there, but ``tau``: CrossQ has no target critics.
+
     Args:
-        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        run: Budget (``total_env_steps``) and evaluation rhythm.
-        replay: Replay buffer, warm-up and the rhythm of collection phases and gradient steps.
         learning_rate: Adam learning rate of the actor, the critics and alpha.
-        gamma: Discount factor, in (0, 1].
-        ent_coef: Entropy coefficient alpha: ``auto`` tunes it towards ``target_entropy``; a number
-            fixes it.
-        ent_coef_init: Initial alpha when tuned.
-        target_entropy: Entropy target of the tuning; ``None`` means ``-|A|``.
-        use_sde: Generalized state-dependent exploration, as in SAC.
-        sde_sample_freq: With ``use_sde``: collection steps between new exploration matrices; -1 only at
-            the start of each collection phase.
-        log_std_init: With ``use_sde``: the initial log-std of the exploration matrices.
+        hidden_sizes: Hidden widths of the actor.
         policy_delay: Critic updates per actor and temperature update.
         n_critics: Q critics (the target takes their minimum).
-        hidden_sizes: Hidden widths of the actor.
         critic_hidden_sizes: Hidden widths of each critic.
-        activation: Hidden activation of the MLPs.
         batch_renorm_momentum: Rate of the batch renormalization's running statistics.
         batch_renorm_warmup_steps: Training calls of each batch renormalization layer that use the batch
             statistics alone, before the running ones take part.
@@ -74,44 +60,20 @@ class CrossQ(SAC):
 
     def __init__(
         self,
-        env: EnvConfig | None = None,
-        run: RunConfig = DEFAULT_RUN,
-        replay: ReplayConfig = CONTINUOUS_CONTROL_REPLAY,
         learning_rate: float = 1e-3,
-        gamma: float = 0.99,
-        ent_coef: float | Literal["auto"] = "auto",
-        ent_coef_init: float = 1.0,
-        target_entropy: float | None = None,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
-        log_std_init: float = -3.0,
+        hidden_sizes: tuple[int, ...] = (256, 256),
         policy_delay: int = 3,
         n_critics: int = 2,
-        hidden_sizes: tuple[int, ...] = (256, 256),
         critic_hidden_sizes: tuple[int, ...] = (1024, 1024),
-        activation: Activation = "relu",
         batch_renorm_momentum: float = 0.01,
         batch_renorm_warmup_steps: int = 100_000,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            env=env,
-            run=run,
-            replay=replay,
-            learning_rate=learning_rate,
-            gamma=gamma,
-            tau=1.0,  # no target networks
-            ent_coef=ent_coef,
-            ent_coef_init=ent_coef_init,
-            target_entropy=target_entropy,
-            use_sde=use_sde,
-            sde_sample_freq=sde_sample_freq,
-            log_std_init=log_std_init,
-            hidden_sizes=hidden_sizes,
-            activation=activation,
-        )
+        # tau: no target networks.
+        super().__init__(learning_rate=learning_rate, hidden_sizes=hidden_sizes, tau=1.0, **kwargs)
         at_least("policy_delay", policy_delay, 1)
         at_least("n_critics", n_critics, 1)
-        mlp_args(critic_hidden_sizes, activation)
+        mlp_args(critic_hidden_sizes, self.hparams.activation)
         positive_fraction("batch_renorm_momentum", batch_renorm_momentum)
         non_negative("batch_renorm_warmup_steps", batch_renorm_warmup_steps)
         self.actor_stats = torch.zeros(3)  # the latest actor update's loss, entropy and alpha, for logging

@@ -23,7 +23,6 @@ chunks. Not supported, refused before any env step: torch-backend envs, CUDA gra
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -32,15 +31,13 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning.algorithms.ppo import PPO
-from rl_lightning.config import DEFAULT_RUN, RunConfig
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
-from rl_lightning.envs.make import EnvConfig, steps_on_device
+from rl_lightning.envs.make import steps_on_device
 from rl_lightning.errors import ConfigError, check
 from rl_lightning.evaluation import as_env_actions
 from rl_lightning.export import export_policy
 from rl_lightning.networks.encoders import flat_dim, image_encoder
-from rl_lightning.networks.mlp import Activation
 from rl_lightning.networks.policies import ActorCritic
 from rl_lightning.validation import at_least, one_of
 
@@ -257,73 +254,29 @@ class RecurrentPPO(PPO):
     """PPO with an LSTM or GRU memory, for every action space PPO takes; vector, image and ``Dict``/
     ``Tuple`` observations (images through the Nature CNN).
 
+    Its other arguments are PPO's, described there; ``num_steps`` is the length of each training
+    sequence, and ``orthogonal_init`` initializes the memories too.
+
     Args:
-        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        run: Budget (``total_env_steps``) and evaluation rhythm.
         recurrent: The memory: ``lstm`` or ``gru``.
         hidden_size: Width of the memory.
         shared_memory: One memory for actor and critic (CleanRL's); ``False`` gives the critic its own
             (sb3-contrib's default, ``enable_critic_lstm``).
-        num_steps: Steps per sub-env per rollout: the length of each training sequence.
-        learning_rate: Adam learning rate (the start value when annealed).
-        anneal_lr: Anneal the learning rate linearly to 0 over ``total_env_steps``.
-        gamma: Discount factor, in (0, 1].
-        gae_lambda: GAE lambda, in [0, 1].
-        update_epochs: Passes over each rollout.
         num_minibatches: Minibatches per pass, each ``num_envs / num_minibatches`` whole sub-env sequences;
             must divide ``env.num_envs``.
-        clip_coef: Surrogate clipping epsilon (also the value clipping range with ``clip_vloss``).
-        anneal_clip_coef: Anneal ``clip_coef`` linearly to 0 over ``total_env_steps`` (the RL Zoo's
-            ``clip_range: lin_...``).
-        clip_vloss: Clip the value loss around the rollout's values.
-        norm_adv: Normalize advantages per minibatch.
-        ent_coef: Entropy bonus coefficient.
-        vf_coef: Value loss coefficient, on half the squared error (sb3's ``vf_coef`` c is 2c here).
-        max_grad_norm: Global gradient-norm clipping threshold.
-        target_kl: Stop the update epochs of a rollout early once the approximate KL exceeds this.
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP after the memory.
-        activation: Hidden activation of the MLPs.
-        orthogonal_init: Orthogonal initialization (memories included); ``False`` keeps PyTorch's default.
-        log_std_init: Initial log standard deviation of the Gaussian policy (continuous actions).
-        use_sde: Generalized state-dependent exploration (continuous actions), as PPO's.
-        sde_sample_freq: With ``use_sde``: env steps between new exploration matrices; -1 once per rollout.
-        normalize_obs: Normalize observations by running mean and std.
-        normalize_reward: Divide rewards by the running std of the discounted return (training only).
     """
 
     def __init__(
         self,
-        env: EnvConfig | None = None,
-        run: RunConfig = DEFAULT_RUN,
         recurrent: Recurrent = "lstm",
         hidden_size: int = 128,
         shared_memory: bool = False,
-        num_steps: int = 128,
-        learning_rate: float = 2.5e-4,
-        anneal_lr: bool = True,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
-        update_epochs: int = 4,
         num_minibatches: int = 1,
-        clip_coef: float = 0.2,
-        anneal_clip_coef: bool = False,
-        clip_vloss: bool = False,
-        norm_adv: bool = True,
-        ent_coef: float = 0.0,
-        vf_coef: float = 0.5,
-        max_grad_norm: float = 0.5,
-        target_kl: float | None = None,
         hidden_sizes: tuple[int, ...] = (64,),
-        activation: Activation = "tanh",
-        orthogonal_init: bool = True,
-        log_std_init: float = 0.0,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
-        normalize_obs: bool = False,
-        normalize_reward: bool = False,
+        **kwargs: Any,
     ) -> None:
-        arguments = locals()
-        super().__init__(**{name: arguments[name] for name in inspect.signature(PPO).parameters})
+        super().__init__(num_minibatches=num_minibatches, hidden_sizes=hidden_sizes, **kwargs)
         one_of("recurrent", recurrent, ("lstm", "gru"))
         at_least("hidden_size", hidden_size, 1)
         num_envs = self.env_config.num_envs

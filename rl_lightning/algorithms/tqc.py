@@ -15,17 +15,14 @@ Deviations: none of substance (SAC's).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from rl_lightning.algorithms.sac import SAC
-from rl_lightning.config import CONTINUOUS_CONTROL_REPLAY, DEFAULT_RUN, ReplayConfig, RunConfig
-from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.continuous import QEnsemble
-from rl_lightning.networks.mlp import Activation
 from rl_lightning.validation import at_least, non_negative
 
 
@@ -72,64 +69,18 @@ def tqc_actor_loss(quantiles_pi: Tensor, log_probs: Tensor, alpha: Tensor) -> Te
 class TQC(SAC):
     """TQC for continuous (``Box``) actions with finite bounds.
 
+    Its other arguments are SAC's, described there.
+
     Args:
-        env: Environment to train on; ``env.num_envs`` sub-envs per rank.
-        run: Budget (``total_env_steps``) and evaluation rhythm.
-        replay: Replay buffer, warm-up and the rhythm of collection phases and gradient steps.
-        learning_rate: Adam learning rate of the actor, the critics and alpha.
-        gamma: Discount factor, in (0, 1].
-        tau: Polyak coefficient of the target critics, updated after every gradient step.
-        ent_coef: Entropy coefficient alpha: ``auto`` tunes it towards ``target_entropy``; a number
-            fixes it.
-        ent_coef_init: Initial alpha when tuned.
-        target_entropy: Entropy target of the tuning; ``None`` means ``-|A|``.
-        use_sde: Generalized state-dependent exploration, as in SAC.
-        sde_sample_freq: With ``use_sde``: collection steps between new exploration matrices; -1 only at
-            the start of each collection phase.
-        log_std_init: With ``use_sde``: the initial log-std of the exploration matrices.
         n_critics: Quantile critics.
         n_quantiles: Quantiles per critic.
         top_quantiles_to_drop_per_net: Largest target atoms dropped, per critic.
-        hidden_sizes: Hidden widths of the actor and of each critic.
-        activation: Hidden activation of the MLPs.
     """
 
     def __init__(
-        self,
-        env: EnvConfig | None = None,
-        run: RunConfig = DEFAULT_RUN,
-        replay: ReplayConfig = CONTINUOUS_CONTROL_REPLAY,
-        learning_rate: float = 3e-4,
-        gamma: float = 0.99,
-        tau: float = 0.005,
-        ent_coef: float | Literal["auto"] = "auto",
-        ent_coef_init: float = 1.0,
-        target_entropy: float | None = None,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
-        log_std_init: float = -3.0,
-        n_critics: int = 2,
-        n_quantiles: int = 25,
-        top_quantiles_to_drop_per_net: int = 2,
-        hidden_sizes: tuple[int, ...] = (256, 256),
-        activation: Activation = "relu",
+        self, n_critics: int = 2, n_quantiles: int = 25, top_quantiles_to_drop_per_net: int = 2, **kwargs: Any
     ) -> None:
-        super().__init__(
-            env=env,
-            run=run,
-            replay=replay,
-            learning_rate=learning_rate,
-            gamma=gamma,
-            tau=tau,
-            ent_coef=ent_coef,
-            ent_coef_init=ent_coef_init,
-            target_entropy=target_entropy,
-            use_sde=use_sde,
-            sde_sample_freq=sde_sample_freq,
-            log_std_init=log_std_init,
-            hidden_sizes=hidden_sizes,
-            activation=activation,
-        )
+        super().__init__(**kwargs)
         at_least("n_critics", n_critics, 1)
         at_least("n_quantiles", n_quantiles, 1)
         non_negative("top_quantiles_to_drop_per_net", top_quantiles_to_drop_per_net)
