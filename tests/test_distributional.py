@@ -155,6 +155,6 @@ def test_bad_arguments_are_named(make, message):
 @pytest.mark.parametrize("cls", [C51, QRDQN])
 def test_continuous_actions_are_refused_before_any_training(cls):
     model = tiny(cls, env=EnvConfig("Pendulum-v1", num_envs=1))
-    with pytest.raises(ConfigError, match=f"{cls.__name__} cannot handle the action space Box.*use A2C, DDPG"):
+    with pytest.raises(ConfigError, match=f"{cls.__name__} cannot handle the action space Box.*use A2C, CrossQ, DDPG"):
         quick_trainer().fit(model)
     assert model.env_steps == 0
