@@ -218,7 +218,9 @@ def test_discrete_actions_with_a_start_reach_the_env_shifted(cls):
 
 def test_dqn_refuses_multi_discrete_naming_the_algorithms_that_handle_it():
     env = EnvConfig("rl_lightning.envs.examples:GridReach-v0", env_kwargs={"multi_discrete": True})
-    with pytest.raises(ConfigError, match=r"DQN cannot handle .*MultiDiscrete.*use A2C, PPO, REINFORCE, RecurrentPPO\."):
+    with pytest.raises(
+        ConfigError, match=r"DQN cannot handle .*MultiDiscrete.*use A2C, PPO, REINFORCE, RecurrentPPO\."
+    ):
         fit(DQN(env=env, run=TINY))
 
 
