@@ -8,7 +8,6 @@ and no other script (tests/test_architecture.py checks it)."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 import subprocess
@@ -42,8 +41,9 @@ def make_model(cls: type, init: dict[str, Any], **overrides: Any) -> Any:
     a YAML config has; an override named like one of their fields (``total_env_steps``,
     ``learning_starts``, ...) goes into it; ``env`` overrides are a dict of ``EnvConfig`` fields."""
     from rl_lightning import ReplayConfig, RunConfig
+    from rl_lightning.config import constructor_defaults
 
-    params = inspect.signature(cls).parameters
+    params = constructor_defaults(cls)  # a variant's inherited arguments too (it takes them as **kwargs)
     args = {k: v for k, v in init.items() if k not in ("run", "replay")}
     env = overrides.pop("env", None)
     if isinstance(env, dict):
@@ -55,7 +55,7 @@ def make_model(cls: type, init: dict[str, Any], **overrides: Any) -> Any:
             continue
         fields = {f.name for f in dataclasses.fields(config_cls)}
         given = {**(init.get(name) or {}), **{k: overrides.pop(k) for k in list(overrides) if k in fields}}
-        args[name] = dataclasses.replace(params[name].default, **given)
+        args[name] = dataclasses.replace(params[name], **given)
     return cls(**{**args, **overrides})
 
 

@@ -124,11 +124,19 @@ def test_make_model_overrides_replace_the_configs_own_values() -> None:
         common = importlib.import_module("common")
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    from rl_lightning import DQN, EnvConfig
+    from rl_lightning import C51, DQN, TQC, EnvConfig, RecurrentPPO
 
     init = {"env": EnvConfig(env_id="CartPole-v1"), "learning_rate": 2.5e-4, "run": {"total_env_steps": 500}}
     model = common.make_model(DQN, init, learning_rate=1e-3, total_env_steps=800)
     assert model.hparams.learning_rate == 1e-3 and model.total_env_steps == 800
+    # A variant takes its parent's run and replay as **kwargs: the overrides still reach them.
+    for variant in (C51, TQC, RecurrentPPO):
+        env = EnvConfig(env_id="Pendulum-v1" if variant is TQC else "CartPole-v1")
+        model = common.make_model(variant, {**init, "env": env}, total_env_steps=800, eval_episodes=3)
+        assert model.total_env_steps == 800 and model.hparams.run.eval_episodes == 3
+        if variant is not RecurrentPPO:
+            model = common.make_model(variant, {**init, "env": env}, learning_starts=300)
+            assert model.hparams.replay.learning_starts == 300
 
 
 def test_set_overrides_read_numbers_as_numbers():
