@@ -21,7 +21,6 @@ episodes). Needs the `bench` extra (stable-baselines3).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -44,7 +43,7 @@ class Spec:
     sb3_algo: str
     sb3_kwargs: dict[str, Any]
     n_envs: int
-    sb3_module: str = "stable_baselines3"  # sb3_contrib for RecurrentPPO, QRDQN
+    sb3_module: str = "stable_baselines3"  # sb3_contrib for RecurrentPPO, QRDQN, TQC, CrossQ
     sb3_policy: str = "MlpPolicy"
     wrapper: str | None = None  # a gymnasium wrapper's import path, around each sub-env of both libraries
 
@@ -240,27 +239,6 @@ SPECS: dict[str, Spec] = {
         ),
         n_envs=1,
     ),
-    # TQC and CrossQ against sb3-contrib's, the RL Zoo's Pendulum settings (tqc.yml, crossq.yml).
-    "tqc": Spec(
-        config="configs/tqc/pendulum.yaml",
-        env_id="Pendulum-v1",
-        total_env_steps=20_000,
-        eval_every=2_000,
-        threshold=-200,
-        sb3_algo="TQC",
-        sb3_kwargs=dict(learning_rate=1e-3),
-        n_envs=1,
-    ),
-    "crossq": Spec(
-        config="configs/crossq/pendulum.yaml",
-        env_id="Pendulum-v1",
-        total_env_steps=20_000,
-        eval_every=2_000,
-        threshold=-200,
-        sb3_algo="CrossQ",
-        sb3_kwargs=dict(policy_delay=2, policy_kwargs=dict(net_arch=[256, 256])),
-        n_envs=1,
-    ),
     "td3": Spec(
         config="configs/td3/pendulum.yaml",
         env_id="Pendulum-v1",
@@ -283,7 +261,7 @@ SPECS: dict[str, Spec] = {
 }
 # The zoo's QR-DQN CartPole (qrdqn.yml) against sb3-contrib's QRDQN: DQN's zoo settings but for the budget,
 # the exploration fraction and the quantiles.
-SPECS["qrdqn"] = dataclasses.replace(
+SPECS["qrdqn"] = replace(
     SPECS["dqn"],
     config="configs/qrdqn/cartpole.yaml",
     total_env_steps=50_000,
@@ -295,6 +273,16 @@ SPECS["qrdqn"] = dataclasses.replace(
         "exploration_fraction": 0.16,
         "policy_kwargs": dict(net_arch=[256, 256], n_quantiles=10),
     },
+)
+
+# TQC and CrossQ against sb3-contrib's: SAC's Pendulum spec with the RL Zoo's settings (tqc.yml, crossq.yml).
+SPECS["tqc"] = replace(SPECS["sac"], config="configs/tqc/pendulum.yaml", sb3_algo="TQC", sb3_module="sb3_contrib")
+SPECS["crossq"] = replace(
+    SPECS["sac"],
+    config="configs/crossq/pendulum.yaml",
+    sb3_algo="CrossQ",
+    sb3_module="sb3_contrib",
+    sb3_kwargs=dict(policy_delay=2, policy_kwargs=dict(net_arch=[256, 256])),
 )
 
 

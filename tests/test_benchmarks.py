@@ -202,3 +202,15 @@ def test_update_time_script_runs_each_algorithms_update() -> None:
         step = update_time.update_of(name)
         step()
         step()
+
+
+def test_every_compare_spec_names_a_reference_algorithm_and_one_of_our_configs() -> None:
+    pytest.importorskip("sb3_contrib", reason="the bench extra (stable-baselines3, sb3-contrib)")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        compare = importlib.import_module("compare")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for name, spec in compare.SPECS.items():
+        assert hasattr(importlib.import_module(spec.sb3_module), spec.sb3_algo), name
+        assert (ROOT / spec.config).is_file(), name
