@@ -6,7 +6,9 @@ import pytest
 import torch
 import yaml
 
+import rl_lightning
 from rl_lightning.cli import main
+from rl_lightning.config import constructor_defaults
 from tests.helpers import ROOT, TINY_RUN, cli
 
 # Algorithm configs: not the trainer and logger presets (composed with one), not tune's search spaces.
@@ -75,18 +77,17 @@ def needs_mujoco(config: Path) -> bool:
 def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
     if needs_mujoco(config):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
-    # Off-policy configs: a warm-up that fits the tiny budget (learning_starts > total_env_steps is an error),
-    off_policy = any(
-        f"rl_lightning.{algo}\n" in config.read_text()
-        for algo in ("DQN", "C51", "QRDQN", "SAC", "TD3", "DDPG", "TQC", "CrossQ")
-    )
+    model = yaml.safe_load(config.read_text())["model"]
+    algorithm = getattr(rl_lightning, model["class_path"].rsplit(".", 1)[1])
+    # Off-policy configs (an algorithm with a replay): a warm-up that fits the tiny budget (learning_starts >
+    # total_env_steps is an error),
+    off_policy = "replay" in constructor_defaults(algorithm)
     warmup = ["--model.replay.learning_starts", "400"] if off_policy else []
     # and at most 8 gradient steps per phase (the zoo's 128-256 per phase of QR-DQN's 170 quantiles took a minute);
     # a config with fewer keeps its own (raising SAC's 1 to 8 made a MuJoCo tiny fit 8x the updates).
-    replay = yaml.safe_load(config.read_text())["model"]["init_args"].get("replay") or {}
-    if off_policy and (replay.get("gradient_steps") or 1) > 8:
+    if off_policy and ((model["init_args"].get("replay") or {}).get("gradient_steps") or 1) > 8:
         warmup += ["--model.replay.gradient_steps", "8"]
-    if "rl_lightning.CrossQ\n" in config.read_text():  # 2048-wide critics: ~2 min per tiny fit
+    if algorithm is rl_lightning.CrossQ:  # 2048-wide critics: ~2 min per tiny fit
         warmup += ["--model.critic_hidden_sizes", "[64, 64]"]
     # In this process (the CLI's own main, as the console script runs it): a subprocess per config paid
     # ~5 s of imports each. The commands above and the DDP tests run the CLI as a subprocess.
