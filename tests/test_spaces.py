@@ -13,7 +13,7 @@ import torch
 
 from rl_lightning import A2C, DQN, PPO, REINFORCE, SAC, EnvConfig, ReplayConfig, RunConfig
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.cnn import NatureCNN
+from rl_lightning.networks.cnn import MinAtarCNN, NatureCNN
 from rl_lightning.networks.encoders import MultiInputEncoder
 from rl_lightning.networks.policies import BernoulliHead, CategoricalHead, MultiCategoricalHead
 from tests.helpers import quick_trainer, register
@@ -150,14 +150,17 @@ def test_rgb_frames_stacked_through_env_wrappers_train_ppo():
     assert model.observation_space.shape == (3, 40, 40, 3) and model.agent.encoder.cnn[0].in_channels == 9
 
 
-def test_images_smaller_than_the_cnn_sees_are_refused_with_the_way_forward():
-    with pytest.raises(ConfigError, match=r"20x20 are smaller than the Nature CNN's 36x36.*ResizeObservation"):
-        fit(PPO(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"shape": (20, 20, 3)}), run=TINY))
+def test_images_smaller_than_the_nature_cnn_sees_get_the_minatar_cnn_and_tinier_ones_are_refused():
+    model = PPO(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"shape": (20, 20, 3)}), run=TINY)
+    fit(model)
+    assert isinstance(model.agent.encoder, MinAtarCNN) and model.agent.encoder.cnn[0].in_channels == 3
+    with pytest.raises(ConfigError, match=r"smaller than the MinAtar CNN's 3x3.*FlattenObservation"):
+        fit(PPO(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"shape": (2, 2, 3)}), run=TINY))
 
 
 def test_algorithms_without_an_image_encoder_refuse_images_naming_those_with_one():
     model = SAC(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"box_actions": True}), run=TINY)
-    with pytest.raises(ConfigError, match=r"SAC has no image encoder.*Use A2C, C51, DQN, PPO, QRDQN, REINFORCE"):
+    with pytest.raises(ConfigError, match=r"SAC has no image encoder.*Use A2C, C51, DQN, PPO, PQN, QRDQN, REINFORCE"):
         fit(model)
 
 

@@ -330,7 +330,8 @@ def check_spaces(algorithm: type[RLModule], observation_space: gym.Space, action
         others = sorted(c.__name__ for c in _algorithms() if c.image_observations)
         raise ConfigError(
             f"{name} has no image encoder (its networks are MLPs on flat observations), and {env_id!r} observes "
-            f"images ({observation_space}). Use {', '.join(others)} (Nature CNN), or give it flat observations."
+            f"images ({observation_space}). Use {', '.join(others)} (Nature or MinAtar CNN), or give it flat "
+            "observations."
         )
     box = isinstance(action_space, gym.spaces.Box)
     if algorithm.bounded_actions and box and not (len(action_space.shape) == 1 and action_space.is_bounded("both")):
