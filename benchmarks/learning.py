@@ -38,6 +38,7 @@ CLASSIC: dict[str, float] = {
     "reinforce/cartpole": 400,
     "dqn/cartpole": 475,
     "qrdqn/cartpole": 475,
+    "pqn/cartpole": 475,
     "sac/pendulum": -200,
     "td3/pendulum": -200,
     "ddpg/pendulum": -200,

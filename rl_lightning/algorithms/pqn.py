@@ -16,9 +16,10 @@ returns epsilon-greedy actions and ``max_a Q(s, a)`` as the "values", and whose 
 
 One Lightning training step is one rollout and its update, as in PPO.
 
-Deviations: epsilon is updated once per rollout, not per vector step. Time-limit truncation bootstraps
-from ``max_a Q(final observation)`` (CleanRL cuts the return there, and its trace reads the first
-observation of the next episode as the next state of an episode's last step).
+Deviations: epsilon is updated once per rollout, not per vector step. CleanRL's returns mask only the
+bootstrap term at an episode end, not the lambda trace, and treat a time-limit truncation as a
+termination; here the trace is cut at every episode end and a truncation bootstraps from
+``max_a Q(final observation)``, as the rest of the collection does.
 """
 
 from __future__ import annotations
