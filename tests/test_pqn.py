@@ -1,4 +1,5 @@
-"""PQN: the Q(lambda) returns against hand-computed cases, acting, and short fits on each env backend."""
+"""PQN: the Q(lambda) returns against hand-computed cases, acting, short fits on each env backend, and a
+checkpoint and export round trip on MinAtar frames."""
 
 import importlib.util
 
@@ -128,3 +129,16 @@ def test_fits_on_each_backend_updating_the_q_network(backend):
     assert all(not torch.equal(b, p) for b, p in zip(before, model.q_net.parameters(), strict=True))
     assert float(model.epsilon) == pytest.approx(0.05)  # decayed over half the budget: done by the last rollout
     assert np.isfinite(float(trainer.callback_metrics["val/episode_return"]))
+
+
+def test_checkpoint_restores_the_q_network_and_the_policy_exports_greedy(tmp_path):
+    from rl_lightning.callbacks import LastCheckpoint
+
+    model = tiny_pqn(EnvConfig("MinAtar/Breakout-v1", num_envs=4, seed=0))
+    quick_trainer(callbacks=[LastCheckpoint(dirpath=tmp_path)], enable_checkpointing=True).fit(model)
+    restored = PQN.load_from_checkpoint(tmp_path / "last.ckpt")
+    assert restored.env_steps == model.env_steps == 512
+    frames = torch.rand(8, 10, 10, 4) < 0.3
+    torch.testing.assert_close(restored.q_net(frames), model.q_net(frames))
+    program = model.export_policy()
+    assert torch.equal(program.module()(frames), model.q_net(frames).argmax(-1))
