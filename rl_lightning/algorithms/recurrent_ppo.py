@@ -341,12 +341,14 @@ class RecurrentPPO(PPO):
         actions, memory = self.act_with_memory(obs, memory)
         return as_env_actions(self, actions), memory
 
-    def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def start_episodes(self) -> None:
         self.eval_memory = None  # each evaluation env's episode starts from zeros
+
+    def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         try:
             return super().play_episodes(seeds)
         finally:
-            self.eval_memory = None
+            self.eval_memory = None  # a later forward starts from zeros too, not from evaluation's memory
 
     def export_policy(self, path: Any = None) -> torch.export.ExportedProgram:
         """``(obs, memory) -> (env actions, memory)`` as a ``torch.export`` program; the first memory of
