@@ -287,7 +287,12 @@ class RLModule(L.LightningModule):
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths."""
+        self.start_episodes()
         return play_episodes(self.act_in_env, self.env_config, seeds, self.device)
+
+    def start_episodes(self) -> None:
+        """Evaluation is about to play new episodes from their first step (``play_episodes``, videos): a
+        policy that carries a memory from call to call forgets it here. Nothing to forget by default."""
 
     def act_in_env(self, obs: Tensor) -> Tensor:
         """The actions evaluation, videos and exported policies play (``evaluation.env_actions``)."""
