@@ -12,7 +12,9 @@ from torch import Tensor
 
 from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
 from rl_lightning.envs.normalize import normalizers
+from rl_lightning.errors import check
 from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.networks.population import Population
 
 ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
 """What PPO, A2C and REINFORCE act in: discrete (categorical), multi-discrete (factored categorical),
@@ -56,8 +58,26 @@ def build_actor_critic(module: Any, observation_space: gym.Space, action_space: 
     ``hidden_sizes`` and ``activation`` (``options``: its other arguments), and the module's observation
     and reward normalizers (``normalize_obs``, ``normalize_reward``)."""
     hp = module.hparams
-    module.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, **options)
+
+    def make() -> ActorCritic:
+        return ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, **options)
+
+    # A population (run.population): one actor-critic per member, each built as its own run's would be.
+    module.agent = make() if module.population == 1 else Population(make, module.member_seeds)
     module.obs_rms, module.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
+
+
+def check_population_options(module: Any) -> None:
+    """Refuse, in ``__init__``, the options a population (``run.population`` > 1) cannot keep per member."""
+    if module.population == 1:
+        return
+    hp = module.hparams
+    for name in ("normalize_obs", "normalize_reward", "use_sde"):
+        check(
+            not hp.get(name, False),
+            f"{name} does not work with run.population={module.population} (its statistics or exploration "
+            "matrices would be shared by the members); set it false or train the seeds as separate runs.",
+        )
 
 
 def actor_critic_rollouts(module: Any, graph_act: bool = True) -> Rollouts:
