@@ -185,26 +185,43 @@ class PopulationAdam(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros(p.shape[0], device=p.device)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                stepping = torch.ones(p.shape[0], dtype=torch.bool, device=p.device) if members is None else members
-                mask = stepping.view(member_view(p))
-                grad, exp_avg, exp_avg_sq = p.grad, state["exp_avg"], state["exp_avg_sq"]
-                state["step"] = step = state["step"] + stepping
-                exp_avg.copy_(torch.where(mask, exp_avg.lerp(grad, 1 - beta1), exp_avg))
-                exp_avg_sq.copy_(torch.where(mask, exp_avg_sq * beta2 + (1 - beta2) * grad * grad, exp_avg_sq))
-                lr = torch.as_tensor(group["lr"], dtype=p.dtype, device=p.device).expand(p.shape[0])
-                step_size = (lr / (1 - beta1**step)).view(member_view(p))
-                bias_correction2_sqrt = (1 - beta2**step).sqrt().view(member_view(p))
-                denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(group["eps"])
-                p.sub_(torch.where(mask, step_size * exp_avg / denom, 0.0))
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["step"] = torch.zeros(p.shape[0], device=p.device)
+                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    self.state[p]["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            states = [self.state[p] for p in params]
+            stepping = torch.ones_like(states[0]["step"], dtype=torch.bool) if members is None else members
+            step = states[0]["step"] + stepping  # the same per-member counts for every parameter
+            for state in states:
+                state["step"] = step
+            # Per-member factors (0 for the members that do not step), broadcast over each parameter.
+            lr = torch.as_tensor(group["lr"], dtype=step.dtype, device=step.device).expand_as(step)
+            step_size = torch.where(stepping, lr / (1 - beta1**step), 0.0)
+            bias_correction2_sqrt = torch.where(step > 0, (1 - beta2**step).sqrt(), 1.0)
+            mask = stepping.to(step.dtype)
+
+            def per_member(x: Tensor, ps: list[Tensor] = params) -> list[Tensor]:
+                return [x.view(member_view(p)) for p in ps]
+
+            grads = [p.grad for p in params]
+            if members is not None:  # the others' gradients may be non-finite (a diverged member): not even 0 * them
+                grads = [torch.where(stepping.view(member_view(g)), g, 0.0) for g in grads]
+            exp_avgs = [state["exp_avg"] for state in states]
+            exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+            # m += (1 - beta1) * (g - m) and v += (1 - beta2) * (g^2 - v), for the stepping members only
+            torch._foreach_lerp_(exp_avgs, grads, per_member((1 - beta1) * mask))
+            torch._foreach_lerp_(exp_avg_sqs, torch._foreach_mul(grads, grads), per_member((1 - beta2) * mask))
+            denom = torch._foreach_sqrt(exp_avg_sqs)
+            torch._foreach_div_(denom, per_member(bias_correction2_sqrt))
+            torch._foreach_add_(denom, group["eps"])
+            updates = torch._foreach_div(exp_avgs, denom)
+            torch._foreach_mul_(updates, per_member(step_size))
+            torch._foreach_sub_(params, updates)
         return loss
 
 
