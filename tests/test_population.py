@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import PPO, EnvConfig
+from rl_lightning import A2C, PPO, EnvConfig
 from rl_lightning.algorithms.base import report_diverged_members
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.errors import ConfigError, DivergenceError
@@ -24,6 +24,7 @@ from rl_lightning.networks.population import (
     interquartile_mean,
     member_minibatches,
     members_first,
+    step_members,
 )
 from rl_lightning.optim import make_adam
 from tests.helpers import ROOT, TINY_RUN, build, cli, quick_trainer
@@ -320,3 +321,52 @@ def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path):
         cwd=tmp_path,
     )
     assert dqn.returncode == 2 and "DQN does not train populations" in dqn.stderr, dqn.stderr[-2000:]
+
+
+def test_a2c_members_update_as_their_single_runs_with_rmsprop_and_a_masked_member_keeps_its_state():
+    population = build(A2C, env=EnvConfig("CartPole-v1", num_envs=2, seed=5), population=2, hidden_sizes=(8, 8))
+    population.build_for_env()
+    opt = population.configure_optimizers()  # torch's RMSprop over the stacked parameters: one per member
+    population.optimizers = lambda: opt
+    population.manual_backward = lambda loss: loss.backward()
+    batch = (torch.randn(2, 10, 4), torch.randint(0, 2, (2, 10)), torch.randn(2, 10), torch.randn(2, 10) * 5)
+    out = population.rollout_update(*batch)
+    for k, seed in enumerate(population.member_seeds):
+        torch.manual_seed(seed)
+        single = build(A2C, env=EnvConfig("CartPole-v1", num_envs=2, seed=seed), hidden_sizes=(8, 8))
+        single.build_for_env()
+        single_opt = single.configure_optimizers()
+        loss = single.agent_loss(single.agent, *(x[k] for x in batch))
+        torch.testing.assert_close(out.value_loss[k], loss.value_loss.detach())
+        loss.loss.backward()
+        torch.nn.utils.clip_grad_norm_(single.agent.parameters(), 0.5)
+        single_opt.step()
+        for p, q in zip(population.agent.parameters(), single.agent.parameters(), strict=True):
+            torch.testing.assert_close(p[k], q)
+    # A member masked out of a step (diverged) keeps its parameters and RMSprop state exactly.
+    before = {p: (p.detach().clone(), opt.state[p]["square_avg"].clone()) for p in population.agent.parameters()}
+    for p in population.agent.parameters():
+        p.grad = torch.randn_like(p)
+        p.grad[1] = math.nan
+    step_members(opt, torch.tensor([True, False]))
+    for p, (param, square_avg) in before.items():
+        assert torch.equal(p[1], param[1]) and torch.equal(opt.state[p]["square_avg"][1], square_avg[1])
+        assert not torch.equal(p[0], param[0]) and p.isfinite().all()
+
+
+def test_a2c_population_fits():
+    L.seed_everything(0)
+    model = build(
+        A2C,
+        env=EnvConfig("CartPole-v1", num_envs=2, seed=5),
+        population=3,
+        total_env_steps=400,
+        env_steps_per_epoch=200,
+        eval_episodes=2,
+        hidden_sizes=(8, 8),
+    )
+    trainer = quick_trainer(log_every_n_steps=1)
+    trainer.fit(model)
+    assert model.env_steps == 400  # per member
+    assert {f"member_{k}/val/episode_return" for k in range(3)} <= set(trainer.callback_metrics)
+    assert "val/episode_return_iqm" in trainer.callback_metrics

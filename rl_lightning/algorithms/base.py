@@ -56,7 +56,7 @@ from rl_lightning.errors import ConfigError, DivergenceError, check
 from rl_lightning.evaluation import env_actions, eval_seeds, log_evaluation, log_member_aggregate, play_episodes
 from rl_lightning.export import export_policy
 from rl_lightning.networks.encoders import has_images
-from rl_lightning.networks.population import PopulationAdam, clip_grad_norm_per_member, members_replaced
+from rl_lightning.networks.population import PopulationAdam, clip_grad_norm_per_member, members_replaced, step_members
 from rl_lightning.optim import anneal_linearly, fused_allowed, make_adam
 from rl_lightning.seeding import draw_env_seed, separate_ranks
 from rl_lightning.training_log import log_training, should_log
@@ -292,9 +292,9 @@ class RLModule(L.LightningModule):
         """``gradient_step`` for a population (``PopulationAdam``): one backward of the sum of the ``(N,)``
         ``member_losses`` (members share no parameters: each member's gradients are those of its own loss),
         each member's gradients clipped by their own norm, one optimizer step of the members in ``stepping``
-        (default all). A member whose loss or gradient norm is non-finite does not step and is frozen from
-        then on (``diverged_members``; reported by index after the training step), so it never poisons
-        the others. Returns the sum of the healthy members' losses (what ``training_step`` returns)."""
+        (default all; ``step_members``). A member whose loss or gradient norm is non-finite does not step
+        and is frozen from then on (``diverged_members``; reported by index after the training step), so it
+        never poisons the others. Returns the sum of the healthy members' losses (what ``training_step`` returns)."""
         finite = member_losses.detach().isfinite() & ~self.diverged_members
         optimizer.zero_grad()
         self.manual_backward(torch.where(finite, member_losses, 0.0).sum())
@@ -302,7 +302,7 @@ class RLModule(L.LightningModule):
             params = [p for group in optimizer.param_groups for p in group["params"]]
             finite &= clip_grad_norm_per_member(params, max_grad_norm).isfinite()
         self.diverged_members |= ~finite
-        optimizer.step(members=finite if stepping is None else finite & stepping)
+        step_members(optimizer, finite if stepping is None else finite & stepping)
         return torch.where(finite, member_losses.detach(), 0.0).sum()
 
     def adam(self, params: Any, lr: float, eps: float = 1e-8, clipped: bool = True) -> torch.optim.Adam:

@@ -14,7 +14,7 @@ from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
 from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
 from rl_lightning.networks.policies import ActorCritic
-from rl_lightning.networks.population import Population
+from rl_lightning.networks.population import Population, members_first
 
 ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
 """What PPO, A2C and REINFORCE act in: discrete (categorical), multi-discrete (factored categorical),
@@ -78,6 +78,22 @@ def check_population_options(module: Any) -> None:
             f"{name} does not work with run.population={module.population} (its statistics or exploration "
             "matrices would be shared by the members); set it false or train the seeds as separate runs.",
         )
+
+
+def member_batch(module: Any, batch: RolloutBatch) -> RolloutBatch:
+    """A flattened rollout (``gae_batch``) as the update takes it: as it is, or for a population every field
+    ``(members, num_steps * num_envs, ...)``, member ``k``'s transitions in its own run's order."""
+    if module.population == 1:
+        return batch
+    steps = module.hparams.num_steps
+    return RolloutBatch(*(members_first(x.unflatten(0, (steps, -1)), module.population) for x in batch))
+
+
+def explained_variance(returns: Tensor, values: Tensor) -> Tensor:
+    """1 - Var(returns - values) / Var(returns): of the whole rollout, or per member (``(members, ...)``)."""
+    if returns.dim() == 1:
+        return 1 - (returns - values).var() / returns.var()
+    return 1 - (returns - values).var(-1) / returns.var(-1)
 
 
 def actor_critic_rollouts(module: Any, graph_act: bool = True) -> Rollouts:

@@ -37,7 +37,7 @@ from rl_lightning.data.rollout import RolloutBatch, Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.mlp import Activation
-from rl_lightning.networks.population import member_minibatches, members_first
+from rl_lightning.networks.population import member_minibatches
 from rl_lightning.optim import linear_schedule
 from rl_lightning.validation import (
     actor_critic_loss_args,
@@ -94,13 +94,6 @@ def ppo_loss(
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
     return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction)
-
-
-def explained_variance(returns: Tensor, values: Tensor) -> Tensor:
-    """1 - Var(returns - values) / Var(returns): of the whole rollout, or per member (``(members, ...)``)."""
-    if returns.dim() == 1:
-        return 1 - (returns - values).var() / returns.var()
-    return 1 - (returns - values).var(-1) / returns.var(-1)
 
 
 @on_policy.with_shared_args
@@ -215,9 +208,8 @@ class PPO(RLModule):
             if hp.use_sde:
                 self.agent.head.reset_noise(self.env_config.num_envs)  # one exploration matrix per sub-env
             rollout = self.collect_rollout(self.agent)
-            b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
-            if self.population > 1:  # every field (members, num_steps * num_envs, ...)
-                b = RolloutBatch(*(members_first(x.unflatten(0, (hp.num_steps, -1)), self.population) for x in b))
+            b = on_policy.member_batch(self, gae_batch(rollout, hp.gamma, hp.gae_lambda))
+            if self.population > 1:
                 self.updating = torch.ones(self.population, dtype=torch.bool, device=self.device)  # target_kl
             if hp.anneal_lr:
                 self.anneal_learning_rate(opt, hp.learning_rate)
@@ -241,7 +233,7 @@ class PPO(RLModule):
                     "train/entropy": entropy,
                     "train/approx_kl": approx_kl,
                     "train/clip_fraction": clip_fraction,
-                    "train/explained_variance": explained_variance(b.returns, b.values),
+                    "train/explained_variance": on_policy.explained_variance(b.returns, b.values),
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )

@@ -10,7 +10,7 @@ update needs to treat each member exactly as a run of its own would be treated:
 - ``clip_grad_norm_per_member``: each member's gradients clipped by their own global norm;
 - ``PopulationAdam``: Adam over stacked parameters with per-member learning rates, step counts and a
   mask of the members that step (a member that stops its epochs early, or diverged, keeps its
-  parameters and moments);
+  parameters and moments); ``step_members`` masks any other elementwise optimizer (RMSprop);
 - ``members_first`` / ``member_minibatches``: a rollout laid out per member, each member shuffling its
   own transitions;
 - ``interquartile_mean``: the aggregate over members that outliers do not dominate.
@@ -223,6 +223,29 @@ class PopulationAdam(torch.optim.Optimizer):
             torch._foreach_mul_(updates, per_member(step_size))
             torch._foreach_sub_(params, updates)
         return loss
+
+
+def step_members(optimizer: Any, members: Tensor) -> None:
+    """``optimizer.step()`` for the members in the ``(N,)`` mask only. ``PopulationAdam`` masks itself; any
+    other elementwise optimizer over stacked parameters (RMSprop, SGD: one over the stack is N independent
+    ones) steps every member, then the other members' parameters and state are put back exactly."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's wrapper, or the optimizer
+    if isinstance(inner, PopulationAdam):
+        optimizer.step(members=members)
+        return
+    if bool(members.all()):
+        optimizer.step()
+        return
+    params = [p for group in inner.param_groups for p in group["params"]]
+    kept = [(t, t.clone()) for p in params for t in (p, *inner.state[p].values()) if _stacked_like(t, p)]
+    optimizer.step()
+    with torch.no_grad():
+        for t, before in kept:
+            t.copy_(torch.where(members.view(member_view(t)), t, before))
+
+
+def _stacked_like(t: Any, p: Tensor) -> bool:
+    return isinstance(t, Tensor) and t.shape == p.shape
 
 
 def members_first(x: Tensor, size: int) -> Tensor:
