@@ -5,6 +5,7 @@ norm) and Adam step; checkpoints hold and resume all members; a diverging member
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import gymnasium as gym
 import lightning as L
@@ -370,3 +371,12 @@ def test_a2c_population_fits():
     assert model.env_steps == 400  # per member
     assert {f"member_{k}/val/episode_return" for k in range(3)} <= set(trainer.callback_metrics)
     assert "val/episode_return_iqm" in trainer.callback_metrics
+
+
+def test_target_kl_stops_each_members_own_epochs():
+    population = population_ppo(population=3, target_kl=0.02)
+    population._trainer = SimpleNamespace(strategy=SimpleNamespace(reduce=lambda x, reduce_op: x))  # one rank
+    population.updating = torch.ones(3, dtype=torch.bool)
+    assert not population.kl_stops_epochs(torch.tensor([0.01, 0.05, 0.01]))
+    assert population.updating.tolist() == [True, False, True]  # member 1's updates masked from now on
+    assert population.kl_stops_epochs(torch.tensor([0.03, 0.0, 0.03]))  # every member has stopped
