@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import A2C, DQN, PPO, REINFORCE, SAC, EnvConfig, ReplayConfig, RunConfig
+from rl_lightning import A2C, DQN, PPO, REINFORCE, SAC, EnvConfig, RecurrentPPO, ReplayConfig, RunConfig
 from rl_lightning.errors import ConfigError
+from rl_lightning.evaluation import make_eval_env
 from rl_lightning.networks.cnn import NatureCNN
 from rl_lightning.networks.encoders import MultiInputEncoder
 from rl_lightning.networks.policies import BernoulliHead, CategoricalHead, MultiCategoricalHead
@@ -117,6 +118,30 @@ def test_dict_observations_with_an_image_get_a_cnn_for_it_and_the_rest_concatena
     encoder = model.agent.encoder if cls is PPO else model.q_net.torso
     assert isinstance(encoder, MultiInputEncoder) and len(encoder.cnns) == 1
     assert encoder.features_dim == 512 + 3
+
+
+@pytest.mark.parametrize(
+    "env_id, env_kwargs",
+    [
+        ("test/DictImage-v0", {}),  # Dict with an image: a CNN for it, then the memory
+        ("test/Image-v0", {"box_actions": True}),  # images, Gaussian actions
+        ("Blackjack-v1", {}),  # Tuple of Discretes
+        ("rl_lightning.envs.examples:GridReach-v0", {"multi_discrete": True}),  # Dict, factored categorical
+        ("test/MultiBinary-v0", {}),  # Bernoulli actions
+    ],
+)
+def test_recurrent_ppo_takes_the_spaces_ppo_takes(env_id, env_kwargs):
+    model = RecurrentPPO(
+        env=EnvConfig(env_id, num_envs=2, env_kwargs=env_kwargs), run=TINY, num_steps=32, hidden_size=16
+    )
+    fit(model)
+    assert model.env_steps >= 256 and model.experience.memory.shape == (2, 4, 16)
+    assert (model.agent.encoder is not None) == ("Image" in env_id)  # a CNN before the memory
+    envs = make_eval_env(model.env_config, 1)
+    obs = torch.as_tensor(envs.reset(seed=0)[0])  # flattened structures, as the exported policy takes them
+    actions, memory = model.export_policy().module()(obs, model.initial_memory(1))
+    assert envs.action_space.contains(actions.numpy().astype(envs.action_space.dtype)) and memory.shape == (1, 4, 16)
+    envs.close()
 
 
 def test_multi_input_encoder_reads_the_flattened_dict_as_its_parts():

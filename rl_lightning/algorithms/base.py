@@ -334,9 +334,14 @@ class RLModule(L.LightningModule):
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths. A
         population plays them with every member, each on its own run's seeds (member-major order)."""
+        self.start_episodes()
         offsets = [seed - (self.env_config.seed or 0) for seed in self.member_seeds] if self.population > 1 else [0]
         seeds = [s + offset for offset in offsets for s in seeds]
         return play_episodes(self.act_in_env, self.env_config, seeds, self.device)
+
+    def start_episodes(self) -> None:
+        """Evaluation is about to play new episodes from their first step (``play_episodes``, videos): a
+        policy that carries a memory from call to call forgets it here. Nothing to forget by default."""
 
     def on_validation_epoch_end(self) -> None:
         if self.population > 1:
