@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import A2C, PPO, EnvConfig
+from rl_lightning import A2C, PPO, EnvConfig, RecurrentPPO
 from rl_lightning.algorithms.base import report_diverged_members
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.errors import ConfigError, DivergenceError
@@ -288,6 +288,11 @@ def test_evaluation_plays_each_member_on_its_own_runs_seeds():
 def test_options_a_population_cannot_keep_per_member_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
         population_ppo(population=2, **options)
+
+
+def test_algorithms_without_populations_refuse_them_naming_those_with():
+    with pytest.raises(ConfigError, match="RecurrentPPO does not train populations.*A2C, PPO do"):
+        build(RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=2), population=2)
 
 
 def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path):
