@@ -15,7 +15,7 @@ import torch
 
 from rl_lightning import A2C, PPO, EnvConfig, RecurrentPPO
 from rl_lightning.algorithms.base import report_diverged_members
-from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.callbacks import LastCheckpoint, RecordEpisodes
 from rl_lightning.errors import ConfigError, DivergenceError
 from rl_lightning.networks.policies import ActorCritic
 from rl_lightning.networks.population import (
@@ -288,6 +288,11 @@ def test_evaluation_plays_each_member_on_its_own_runs_seeds():
 def test_options_a_population_cannot_keep_per_member_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
         population_ppo(population=2, **options)
+
+
+def test_videos_of_a_population_are_refused_before_any_env_step():
+    with pytest.raises(ConfigError, match="RecordEpisodes records one policy"):
+        quick_trainer(callbacks=[RecordEpisodes(tensorboard=False)]).fit(population_ppo(population=2))
 
 
 def test_algorithms_without_populations_refuse_them_naming_those_with():
