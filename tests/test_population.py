@@ -15,6 +15,7 @@ import torch
 
 from rl_lightning import A2C, PPO, EnvConfig, RecurrentPPO
 from rl_lightning.algorithms.base import report_diverged_members
+from rl_lightning.algorithms.ppo import PPOLoss
 from rl_lightning.callbacks import LastCheckpoint, RecordEpisodes
 from rl_lightning.errors import ConfigError, DivergenceError
 from rl_lightning.networks.policies import ActorCritic
@@ -227,6 +228,26 @@ def test_a_diverged_member_is_frozen_and_reported_and_the_others_train_on():
     population.diverged_members[:] = True
     with pytest.raises(DivergenceError, match="Every member"):
         report_diverged_members(population, reported)
+
+
+def test_a_member_that_diverges_in_a_fit_is_frozen_and_the_run_goes_on(monkeypatch):
+    map_members = Population.map
+
+    def map_with_a_nan_member(self, fn, *inputs):
+        out = map_members(self, fn, *inputs)
+        return out._replace(loss=out.loss * torch.tensor([1.0, math.nan, 1.0])) if isinstance(out, PPOLoss) else out
+
+    monkeypatch.setattr(Population, "map", map_with_a_nan_member)
+    model = population_ppo(population=3)
+    with pytest.warns(UserWarning, match=r"member\(s\) \[1\] diverged"):
+        trainer = quick_trainer()
+        trainer.fit(model)
+    assert model.env_steps == 512 and model.diverged_members.tolist() == [False, True, False]
+    initial = population_ppo(population=3)
+    initial.build_for_env()
+    for p, q in zip(model.agent.parameters(), initial.agent.parameters(), strict=True):
+        assert torch.equal(p[1], q[1]) and not torch.equal(p[0], q[0])  # member 1 frozen from its first step
+    assert trainer.callback_metrics["member_1/val/episode_return"].isfinite()
 
 
 def test_checkpoints_hold_every_member_and_resume_exactly(tmp_path):
