@@ -27,11 +27,15 @@ class RunConfig:
         env_steps_per_epoch: Env steps (all ranks) per Lightning epoch; one evaluation runs at the end
             of each epoch, so this is the evaluation interval.
         eval_episodes: Deterministic evaluation episodes per evaluation (split across ranks).
+        population: Independent runs trained at once as one batched model (docs/population.md): each
+            member its own parameters, optimizer state, sub-envs and seed; budgets, epochs and
+            ``eval_episodes`` count per member. 1 (default) is a plain run. PPO and A2C train populations.
     """
 
     total_env_steps: int | None = None
     env_steps_per_epoch: int | None = None
     eval_episodes: int | None = None
+    population: int = 1
 
     def check(self) -> None:
         """``ConfigError`` naming the field and its value (each field is a count of at least 1); for a config

@@ -15,6 +15,7 @@ from torch import Tensor
 from rl_lightning.envs.make import EnvConfig, episode_stats, eval_env_config, make_vector_env
 from rl_lightning.envs.spaces import to_env_actions_tensor
 from rl_lightning.errors import naming_env_faults
+from rl_lightning.networks.population import interquartile_mean
 
 # Evaluation episodes use their own seeds, far from any training env's.
 EVAL_SEED_OFFSET = 1_000_000
@@ -82,13 +83,29 @@ def log_evaluation(module: Any, seeds: list[int], prefix: str) -> None:
             returns, lengths = module.play_episodes(seeds)
         module.eval_return.update(torch.as_tensor(returns, dtype=torch.float32, device=module.device))
         module.eval_length.update(torch.as_tensor(lengths, dtype=torch.float32, device=module.device))
+        if module.population > 1:  # member-major: each member's episodes on its own run's seeds
+            member_returns = torch.as_tensor(returns, dtype=torch.float32, device=module.device).unflatten(
+                0, (-1, len(seeds))
+            )
+            for metric, member_return in zip(module.member_eval_returns, member_returns, strict=True):
+                metric.update(member_return)
     module.log(f"{prefix}/episode_return", module.eval_return, prog_bar=True, batch_size=max(len(seeds), 1))
     module.log(f"{prefix}/episode_length", module.eval_length, batch_size=max(len(seeds), 1))
+    if module.population > 1:
+        for k, metric in enumerate(module.member_eval_returns):
+            module.log(f"member_{k}/{prefix}/episode_return", metric, batch_size=max(len(seeds), 1))
     if prefix == "val" and not module.trainer.sanity_checking:
         # Same value on every rank; sync_dist only silences Lightning's epoch-level DDP warning.
         module.log("step", float(module.env_steps), batch_size=1, sync_dist=True)
         if module.trainer.state.fn == "fit":  # marks the run as a fit, also one too short to log training
             module.log("time/env_steps", float(module.env_steps), batch_size=1, sync_dist=True)
+
+
+def log_member_aggregate(module: Any, prefix: str) -> None:
+    """At the end of a population's evaluation: the interquartile mean over members of their mean returns
+    (``<prefix>/episode_return_iqm``; ``<prefix>/episode_return`` is the mean over all members' episodes)."""
+    means = torch.stack([metric.compute() for metric in module.member_eval_returns])
+    module.log(f"{prefix}/episode_return_iqm", interquartile_mean(means), batch_size=1)
 
 
 def env_actions(module: Any, obs: Tensor) -> Tensor:

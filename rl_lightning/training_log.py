@@ -9,19 +9,33 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rl_lightning.networks.population import interquartile_mean
 
-def log_training(module: Any, metrics: dict[str, Tensor | float], episodes: tuple[np.ndarray, np.ndarray]) -> None:
+
+def log_training(module: Any, metrics: dict[str, Tensor | float], episodes: tuple[np.ndarray, ...]) -> None:
     """Log a training step's ``metrics``, the training ``episodes`` (returns, lengths) that ended since
     the last call and the env steps per second since then, against env steps (the x-axis in
     TensorBoard, Lightning's ``step``). Under DDP, one all-reduce: metrics become means over ranks,
     episode statistics means over all ranks' episodes. Two ``log_dict`` calls in all: each ``self.log``
-    costs about as much as a small optimizer step."""
+    costs about as much as a small optimizer step.
+
+    A population (``module.population`` members; ``episodes`` then carries each episode's sub-env):
+    env steps count per member; a metric given as an ``(N,)`` tensor, one value per member, is logged as
+    ``member_k/<name>`` and as its mean over members under its own name; episode returns per member
+    (``member_k/rollout/episode_return``) and their interquartile mean over members
+    (``rollout/episode_return_iqm``)."""
     now = time.perf_counter()
     elapsed = max(now - module._last_time, 1e-9)
     metrics["time/env_steps_per_second"] = (module.env_steps - module._last_env_steps) / elapsed
     module._last_time, module._last_env_steps = now, module.env_steps
-    returns, lengths = episodes
+    returns, lengths = episodes[:2]
     totals = [float(returns.sum()), float(lengths.sum()), float(len(returns))]
+    members = module.population
+    if members > 1:
+        metrics = split_members(metrics, members)
+        member = episodes[2] // module.env_config.num_envs
+        totals += np.bincount(member, returns, members).tolist() + np.bincount(member, None, members).tolist()
+        metrics["population/diverged_members"] = module.diverged_members.sum().float()
     world_size = module.trainer.world_size
     if world_size > 1:
         keys = list(metrics)
@@ -35,12 +49,33 @@ def log_training(module: Any, metrics: dict[str, Tensor | float], episodes: tupl
     if totals[2] > 0:
         metrics["rollout/episode_return"] = totals[0] / totals[2]
         metrics["rollout/episode_length"] = totals[1] / totals[2]
+    if members > 1:
+        sums, counts = np.array(totals[3 : 3 + members]), np.array(totals[3 + members :])
+        for k in np.flatnonzero(counts):
+            metrics[f"member_{k}/rollout/episode_return"] = sums[k] / counts[k]
+        if counts.any():
+            means = torch.as_tensor(sums[counts > 0] / counts[counts > 0])
+            metrics["rollout/episode_return_iqm"] = float(interquartile_mean(means))
     metrics["time/env_steps"] = metrics["step"] = float(module.env_steps)  # "step": Lightning's x-axis
     module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
-    progress = {"env_steps": float(module.env_steps), "steps/s": metrics["time/env_steps_per_second"]}
+    steps = "env_steps" if members == 1 else "member_env_steps"
+    progress = {steps: float(module.env_steps), "steps/s": metrics["time/env_steps_per_second"]}
     if totals[2] > 0:
         progress["return"] = metrics["rollout/episode_return"]
     module.log_dict(progress, prog_bar=True, logger=False, batch_size=1)
+
+
+def split_members(metrics: dict[str, Tensor | float], members: int) -> dict[str, Tensor | float]:
+    """``metrics`` with each ``(members,)`` tensor (one value per population member) replaced by its mean,
+    and its members' values added as ``member_k/<name>``."""
+    out: dict[str, Tensor | float] = {}
+    for name, value in metrics.items():
+        if isinstance(value, Tensor) and value.dim() == 1 and len(value) == members:
+            out[name] = value.float().mean()
+            out.update({f"member_{k}/{name}": v for k, v in enumerate(value.unbind())})
+        else:
+            out[name] = value
+    return out
 
 
 def should_log(trainer: Any) -> bool:

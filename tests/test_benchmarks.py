@@ -214,3 +214,18 @@ def test_every_compare_spec_names_a_reference_algorithm_and_one_of_our_configs()
     for name, spec in compare.SPECS.items():
         assert hasattr(importlib.import_module(spec.sb3_module), spec.sb3_algo), name
         assert (ROOT / spec.config).is_file(), name
+
+
+def test_population_script_fits_a_population_and_a_single_run() -> None:
+    """benchmarks/population.py's worker (docs/benchmarks.md's populations table) at a tiny budget."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        script = importlib.import_module("population")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    spec = {"config": "configs/ppo/cartpole.yaml", "total_env_steps": 512, "backend": None, "seed": 1}
+    members = script.worker({**spec, "population": 2})
+    single = script.worker({**spec, "population": 1})
+    assert members["env_steps"] == single["env_steps"] == 512 and len(members["returns"]) == 2
+    assert len(single["returns"]) == 1 and members["wall_s"] > members["train_s"] > 0
+    assert script.mann_whitney_p([1.0, 2.0], [1.0, 2.0]) == 1.0

@@ -18,7 +18,7 @@ only the logging interval changes.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -80,6 +80,7 @@ class A2C(RLModule):
     """
 
     action_spaces = on_policy.ACTION_SPACES
+    trains_populations = True
 
     def __init__(
         self,
@@ -108,6 +109,7 @@ class A2C(RLModule):
         actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
         at_least("rollouts_per_step", rollouts_per_step, 1)
         one_of("optimizer", optimizer, ("rmsprop", "adam"))
+        on_policy.check_population_options(self)
 
     build_networks = on_policy.build_actor_critic  # ActorCritic(hidden_sizes, activation), normalizers
     build_experience = on_policy.actor_critic_rollouts  # num_steps vector steps per rollout
@@ -121,7 +123,7 @@ class A2C(RLModule):
         hp = self.hparams
         opt = self.optimizers()
         for b in on_policy.rollout_batches(
-            self, iterations, lambda rollout: gae_batch(rollout, hp.gamma, hp.gae_lambda)
+            self, iterations, lambda rollout: on_policy.member_batch(self, gae_batch(rollout, hp.gamma, hp.gae_lambda))
         ):
             out = self.run_update(self.rollout_update, b.obs, b.actions, b.advantages, b.returns)
 
@@ -131,21 +133,32 @@ class A2C(RLModule):
                     "train/policy_loss": out.policy_loss,
                     "train/value_loss": out.value_loss,
                     "train/entropy": out.entropy,
-                    "train/explained_variance": 1 - (b.returns - b.values).var() / b.returns.var(),
+                    "train/explained_variance": on_policy.explained_variance(b.returns, b.values),
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )
         return out.loss
 
     def rollout_update(self, obs: Tensor, actions: Tensor, advantages: Tensor, returns: Tensor) -> A2CLoss:
-        """The rollout's loss and optimizer step (one CUDA graph with CUDA graphs on)."""
+        """The rollout's loss and optimizer step (one CUDA graph with CUDA graphs on). A population's: every
+        member's loss on its own rollout at once, each field ``(members,)``, its ``loss`` the sum over the
+        members that did not diverge (``population_step``)."""
+        hp = self.hparams
+        if self.population > 1:
+            out = self.agent.map(self.agent_loss, obs, actions, advantages, returns)
+            loss = self.population_step(self.optimizers(), out.loss, hp.max_grad_norm)
+            return A2CLoss(loss, *(t.detach() for t in out[1:]))
+        out = self.agent_loss(self.agent, obs, actions, advantages, returns)
+        self.gradient_step(self.optimizers(), out.loss, hp.max_grad_norm)
+        return A2CLoss(*(t.detach() for t in out))
+
+    def agent_loss(self, agent: Any, obs: Tensor, actions: Tensor, advantages: Tensor, returns: Tensor) -> A2CLoss:
+        """The A2C objective of ``agent`` on a rollout: the module's own, or a population member's (under ``vmap``)."""
         hp = self.hparams
         if hp.norm_adv:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        logprobs, entropy, values = self.agent.evaluate(obs, actions)
-        out = a2c_loss(logprobs.float(), advantages, values.float(), returns, entropy.float(), hp.ent_coef, hp.vf_coef)
-        self.gradient_step(self.optimizers(), out.loss, hp.max_grad_norm)
-        return A2CLoss(*(t.detach() for t in out))
+        logprobs, entropy, values = agent.evaluate(obs, actions)
+        return a2c_loss(logprobs.float(), advantages, values.float(), returns, entropy.float(), hp.ent_coef, hp.vf_coef)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.hparams.optimizer == "rmsprop":

@@ -52,10 +52,11 @@ from rl_lightning.data.dataset import StepPacer
 from rl_lightning.data.experience import ExperienceSide, collect_from
 from rl_lightning.data.rollout import Policy, Rollout
 from rl_lightning.envs.make import EnvConfig, check_env_id, env_spaces, make_vector_env
-from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import env_actions, eval_seeds, log_evaluation, play_episodes
+from rl_lightning.errors import ConfigError, DivergenceError, check
+from rl_lightning.evaluation import env_actions, eval_seeds, log_evaluation, log_member_aggregate, play_episodes
 from rl_lightning.export import export_policy
 from rl_lightning.networks.encoders import has_images
+from rl_lightning.networks.population import PopulationAdam, clip_grad_norm_per_member, members_replaced, step_members
 from rl_lightning.optim import anneal_linearly, fused_allowed, make_adam
 from rl_lightning.seeding import draw_env_seed, separate_ranks
 from rl_lightning.training_log import log_training, should_log
@@ -83,6 +84,7 @@ class RLModule(L.LightningModule):
     # DDP silently stops averaging such steps' gradients and the ranks' weights drift apart.
     ddp_find_unused_parameters: bool = False
     checkpointed_attributes: tuple[str, ...] = ()  # plain numbers saved with checkpoints
+    trains_populations: bool = False  # builds its networks as Populations and updates with population_step
     env_steps_per_iteration: int  # env steps one rank collects per rollout or collection phase
     iterations_per_step: int = 1  # rollouts or phases per training step
 
@@ -106,6 +108,13 @@ class RLModule(L.LightningModule):
         self.eval_length = MeanMetric()
         self.run_config.check()
         self.env_config.check()
+        self.population = self.run_config.population  # members (docs/population.md); 1: a plain run
+        if self.population > 1:
+            check_population(type(self), self.population)
+            self.member_eval_returns = torch.nn.ModuleList(MeanMetric() for _ in range(self.population))
+            # Members whose loss or gradients went non-finite: frozen, reported (population_step).
+            self.register_buffer("diverged_members", torch.zeros(self.population, dtype=torch.bool))
+            self._reported_diverged: Tensor | None = None
 
     def configure_replay(self, replay: ReplayConfig | dict | None) -> None:
         """For an off-policy algorithm's ``__init__``: its replay config, resolved and checked; an
@@ -125,7 +134,9 @@ class RLModule(L.LightningModule):
                 self.env_config.seed = draw_env_seed(strategy)
             # The device is final here (Lightning moves the module there after setup): a torch-backend
             # env is built on it, so rollouts never leave it.
-            self.envs = make_vector_env(self.env_config, device=strategy.root_device if strategy else self.device)
+            device = strategy.root_device if strategy else self.device
+            # A population's members share one vector env: member k's sub-envs are the num_envs from k * num_envs.
+            self.envs = make_vector_env(self.env_config, self.env_config.num_envs * self.population, device=device)
             self._build(self.envs.structured_observation_space, self.envs.single_action_space)
         else:
             self.build_for_env()
@@ -163,6 +174,7 @@ class RLModule(L.LightningModule):
 
     def compile_networks(self, **compile_kwargs: Any) -> None:
         """``torch.compile`` the networks in place for the ``CompileNetworks`` callback (``compile_children``)."""
+        check(self.population == 1, "A population (run.population > 1) does not run compiled; leave compile off.")
         compile_children(self, **compile_kwargs)
 
     def teardown(self, stage: str) -> None:
@@ -181,7 +193,16 @@ class RLModule(L.LightningModule):
         """Seed for this rank's first training sub-env at this point of the run: ranks never share env
         seeds, and a resumed run (``env_steps > 0``) starts new episodes rather than replaying the first."""
         assert self.env_config.seed is not None
-        return self.env_config.seed + self.global_rank * self.env_config.num_envs + self.env_steps
+        sub_envs = self.env_config.num_envs * self.population  # a population's: all its members'
+        return self.env_config.seed + self.global_rank * sub_envs + self.env_steps
+
+    @property
+    def member_seeds(self) -> list[int]:
+        """Each population member's seed: member ``k`` is the run with ``env.seed`` and ``seed_everything``
+        both ``env.seed + k * env.num_envs`` (its networks built under it, its sub-envs seeded from it as
+        the sub-envs of one vector env of all members' sub-envs are; docs/population.md)."""
+        seed = self.env_config.seed or 0
+        return [seed + k * self.env_config.num_envs for k in range(self.population)]
 
     # ------------------------------------------------------------------------------- collection
     def train_dataloader(self) -> DataLoader:
@@ -228,6 +249,8 @@ class RLModule(L.LightningModule):
         return [PreemptionExitCode(), *([] if configured else [DivergenceCheck()])]
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.population > 1:
+            self._reported_diverged = report_diverged_members(self, self._reported_diverged)
         if self.env_steps >= self.total_env_steps:
             self.trainer.should_stop = True  # Lightning runs validation once more, then ends fit
 
@@ -237,11 +260,12 @@ class RLModule(L.LightningModule):
 
     def log_training(self, metrics: dict[str, Tensor | float]) -> None:
         """Log a step's metrics, episode statistics and throughput against env steps (``training_log``)."""
-        log_training(self, metrics, self.experience.pop_episode_stats())
+        log_training(self, metrics, self.experience.pop_episode_stats(with_sub_envs=self.population > 1))
 
     def enable_cuda_graphs(self) -> None:
         """Run every update (``run_update``) as a CUDA graph from now on; called by the ``CUDAGraphs``
         callback before the optimizers are built (they must be capturable)."""
+        check(self.population == 1, "A population (run.population > 1) does not run as CUDA graphs; leave them off.")
         self.graphs.enabled = True
 
     def run_update(self, update: Callable[..., Any], *inputs: Tensor) -> Any:
@@ -262,8 +286,30 @@ class RLModule(L.LightningModule):
             self.clip_gradients(optimizer, gradient_clip_val=max_grad_norm, gradient_clip_algorithm="norm")
         optimizer.step()
 
+    def population_step(
+        self, optimizer: Any, member_losses: Tensor, max_grad_norm: float | None = None, stepping: Tensor | None = None
+    ) -> Tensor:
+        """``gradient_step`` for a population (``PopulationAdam``): one backward of the sum of the ``(N,)``
+        ``member_losses`` (members share no parameters: each member's gradients are those of its own loss),
+        each member's gradients clipped by their own norm, one optimizer step of the members in ``stepping``
+        (default all; ``step_members``). A member whose loss or gradient norm is non-finite does not step
+        and is frozen from then on (``diverged_members``; reported by index after the training step), so it
+        never poisons the others. Returns the sum of the healthy members' losses (what ``training_step`` returns)."""
+        finite = member_losses.detach().isfinite() & ~self.diverged_members
+        optimizer.zero_grad()
+        self.manual_backward(torch.where(finite, member_losses, 0.0).sum())
+        if max_grad_norm is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            finite &= clip_grad_norm_per_member(params, max_grad_norm).isfinite()
+        self.diverged_members |= ~finite
+        step_members(optimizer, finite if stepping is None else finite & stepping)
+        return torch.where(finite, member_losses.detach(), 0.0).sum()
+
     def adam(self, params: Any, lr: float, eps: float = 1e-8, clipped: bool = True) -> torch.optim.Adam:
-        """Adam, fused unless gradients are clipped under mixed precision (see ``make_adam``)."""
+        """Adam, fused unless gradients are clipped under mixed precision (see ``make_adam``); a population's
+        ``PopulationAdam`` (one Adam per member)."""
+        if self.population > 1:
+            return PopulationAdam(params, lr, eps=eps)
         precision = str(self.trainer.precision) if self._trainer is not None else "32-true"
         return make_adam(params, lr, eps, fused=fused_allowed(precision, clipped), capturable=self.graphs.enabled)
 
@@ -286,21 +332,38 @@ class RLModule(L.LightningModule):
         log_evaluation(self, seeds, "test")
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths."""
+        """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths. A
+        population plays them with every member, each on its own run's seeds (member-major order)."""
         self.start_episodes()
+        offsets = [seed - (self.env_config.seed or 0) for seed in self.member_seeds] if self.population > 1 else [0]
+        seeds = [s + offset for offset in offsets for s in seeds]
         return play_episodes(self.act_in_env, self.env_config, seeds, self.device)
 
     def start_episodes(self) -> None:
         """Evaluation is about to play new episodes from their first step (``play_episodes``, videos): a
         policy that carries a memory from call to call forgets it here. Nothing to forget by default."""
 
+    def on_validation_epoch_end(self) -> None:
+        if self.population > 1:
+            log_member_aggregate(self, "val")
+
+    def on_test_epoch_end(self) -> None:
+        if self.population > 1:
+            log_member_aggregate(self, "test")
+
     def act_in_env(self, obs: Tensor) -> Tensor:
         """The actions evaluation, videos and exported policies play (``evaluation.env_actions``)."""
         return env_actions(self, obs)
 
-    def export_policy(self, path: str | Path | None = None) -> torch.export.ExportedProgram:
-        """The evaluation policy as a ``torch.export`` program that runs with torch alone (``export_policy``)."""
-        return export_policy(self, path)
+    def export_policy(self, path: str | Path | None = None, member: int | None = None) -> torch.export.ExportedProgram:
+        """The evaluation policy as a ``torch.export`` program that runs with torch alone (``export_policy``);
+        of a population, member ``member``'s, a plain single policy."""
+        if self.population == 1:
+            return export_policy(self, path)
+        if member is None or not 0 <= member < self.population:
+            raise ConfigError(f"Export one member of the population: member=k with 0 <= k < {self.population}.")
+        with members_replaced(self, member):
+            return export_policy(self, path)
 
     # ------------------------------------------------------------------------------ checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -344,6 +407,35 @@ def check_spaces(algorithm: type[RLModule], observation_space: gym.Space, action
             f"{name} needs a 1-D Box action space with finite bounds (actions are squashed into them), got "
             f"{action_space} of {env_id!r}; wrap the env with gymnasium's ClipAction/RescaleAction."
         )
+
+
+def check_population(algorithm: type[RLModule], population: int) -> None:
+    """Refuse ``run.population`` > 1 for an algorithm that does not train populations, naming those that do."""
+    if not algorithm.trains_populations:
+        others = sorted(c.__name__ for c in _algorithms() if c.trains_populations)
+        raise ConfigError(
+            f"{algorithm.__name__} does not train populations (run.population={population}); "
+            f"{', '.join(others)} do. Set run.population: 1."
+        )
+
+
+def report_diverged_members(module: RLModule, reported: Tensor | None) -> Tensor:
+    """Warn once per member that diverged (``population_step`` froze it), by index; ``DivergenceError``
+    once all have. Returns the members reported so far."""
+    diverged = module.diverged_members.clone()
+    new = diverged if reported is None else diverged & ~reported
+    if bool(new.any()):
+        members = new.nonzero().flatten().tolist()
+        if bool(diverged.all()):
+            raise DivergenceError(
+                f"Every member of the population diverged (the last: {members}) by env step {module.env_steps}. "
+                "Lower the learning rate or tighten max_grad_norm."
+            )
+        rank_zero_warn(
+            f"Population member(s) {members} diverged (non-finite loss or gradients) by env step "
+            f"{module.env_steps}: frozen at their last finite parameters; the other members train on."
+        )
+    return diverged
 
 
 def _algorithms() -> list[type[RLModule]]:

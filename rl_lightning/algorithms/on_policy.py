@@ -15,6 +15,7 @@ from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
 from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
 from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.networks.population import Population, members_first
 from rl_lightning.validation import at_least
 
 ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
@@ -74,8 +75,42 @@ def build_actor_critic(module: Any, observation_space: gym.Space, action_space: 
     ``hidden_sizes`` and ``activation`` (``options``: its other arguments), and the module's observation
     and reward normalizers (``normalize_obs``, ``normalize_reward``)."""
     hp = module.hparams
-    module.agent = ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, **options)
+
+    def make() -> ActorCritic:
+        return ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, **options)
+
+    # A population (run.population): one actor-critic per member, each built as its own run's would be.
+    module.agent = make() if module.population == 1 else Population(make, module.member_seeds)
     module.obs_rms, module.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
+
+
+def check_population_options(module: Any) -> None:
+    """Refuse, in ``__init__``, the options a population (``run.population`` > 1) cannot keep per member."""
+    if module.population == 1:
+        return
+    hp = module.hparams
+    for name in ("normalize_obs", "normalize_reward", "use_sde"):
+        check(
+            not hp.get(name, False),
+            f"{name} does not work with run.population={module.population} (its statistics or exploration "
+            "matrices would be shared by the members); set it false or train the seeds as separate runs.",
+        )
+
+
+def member_batch(module: Any, batch: RolloutBatch) -> RolloutBatch:
+    """A flattened rollout (``gae_batch``) as the update takes it: as it is, or for a population every field
+    ``(members, num_steps * num_envs, ...)``, member ``k``'s transitions in its own run's order."""
+    if module.population == 1:
+        return batch
+    steps = module.hparams.num_steps
+    return RolloutBatch(*(members_first(x.unflatten(0, (steps, -1)), module.population) for x in batch))
+
+
+def explained_variance(returns: Tensor, values: Tensor) -> Tensor:
+    """1 - Var(returns - values) / Var(returns): of the whole rollout, or per member (``(members, ...)``)."""
+    if returns.dim() == 1:
+        return 1 - (returns - values).var() / returns.var()
+    return 1 - (returns - values).var(-1) / returns.var(-1)
 
 
 def actor_critic_rollouts(module: Any, graph_act: bool = True) -> Rollouts:

@@ -13,6 +13,12 @@ One Lightning training step is one rollout: ``training_step`` collects it, then 
 (``manual_backward``, ``clip_gradients``: precision plugins and DDP gradient sync still apply).
 Lightning's fixed cost is paid once per rollout instead of once per minibatch, and
 ``trainer.global_step`` still counts optimizer steps.
+
+With ``run.population: N`` (docs/population.md) the agent is a ``Population`` of N members, each its
+own run: the rollout is laid out per member, each member shuffles its own minibatches and normalizes
+its own advantages, every member's loss is computed at once under ``vmap`` and one backward and one
+``PopulationAdam`` step update them all (``population_step``: gradients clipped per member); with
+``target_kl`` a member past it stops its own epochs.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from rl_lightning.data.rollout import RolloutBatch, Rollouts, gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.mlp import Activation
+from rl_lightning.networks.population import member_minibatches
 from rl_lightning.optim import linear_schedule
 from rl_lightning.validation import (
     actor_critic_loss_args,
@@ -124,6 +131,7 @@ class PPO(RLModule):
     """
 
     action_spaces = on_policy.ACTION_SPACES
+    trains_populations = True
 
     def __init__(
         self,
@@ -161,6 +169,7 @@ class PPO(RLModule):
         self.clip_coef = clip_coef  # the value of this rollout's update (anneal_clip_coef)
         positive_or_none("target_kl", target_kl)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
+        on_policy.check_population_options(self)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
@@ -190,7 +199,9 @@ class PPO(RLModule):
             if hp.use_sde:
                 self.agent.head.reset_noise(self.env_config.num_envs)  # one exploration matrix per sub-env
             rollout = self.collect_rollout(self.agent)
-            b = gae_batch(rollout, hp.gamma, hp.gae_lambda)
+            b = on_policy.member_batch(self, gae_batch(rollout, hp.gamma, hp.gae_lambda))
+            if self.population > 1:
+                self.updating = torch.ones(self.population, dtype=torch.bool, device=self.device)  # target_kl
             if hp.anneal_lr:
                 self.anneal_learning_rate(opt, hp.learning_rate)
             if hp.anneal_clip_coef:
@@ -201,11 +212,8 @@ class PPO(RLModule):
                     out = self.run_update(self.minibatch_update, *minibatch)
                     if logging:  # ~15 us of stacking per minibatch, only on the steps that log
                         stats.append(torch.stack(out[1:]))
-                if hp.target_kl is not None:
-                    # Same decision on every DDP rank, or their optimizer steps would diverge.
-                    kl = self.trainer.strategy.reduce(out.approx_kl.detach(), reduce_op="mean")
-                    if kl > hp.target_kl:
-                        break
+                if hp.target_kl is not None and self.kl_stops_epochs(out.approx_kl):
+                    break
 
         if logging:
             policy_loss, value_loss, entropy, approx_kl, clip_fraction = torch.stack(stats).mean(0)
@@ -216,30 +224,58 @@ class PPO(RLModule):
                     "train/entropy": entropy,
                     "train/approx_kl": approx_kl,
                     "train/clip_fraction": clip_fraction,
-                    "train/explained_variance": 1 - (b.returns - b.values).var() / b.returns.var(),
+                    "train/explained_variance": on_policy.explained_variance(b.returns, b.values),
                     "train/learning_rate": opt.param_groups[0]["lr"],
                 }
             )
         return out.loss
 
+    def kl_stops_epochs(self, approx_kl: Tensor) -> bool:
+        """``target_kl``: whether the approximate KL of the epoch's last minibatch stops the rollout's update
+        epochs. A population member past it stops its own (its updates masked from then on, ``updating``);
+        the epochs stop once every member has."""
+        # Same decision on every DDP rank, or their optimizer steps would diverge.
+        kl = self.trainer.strategy.reduce(approx_kl.detach(), reduce_op="mean")
+        if self.population == 1:
+            return bool(kl > self.hparams.target_kl)
+        self.updating &= kl <= self.hparams.target_kl
+        return not bool(self.updating.any())
+
     def minibatches(self, b: RolloutBatch) -> Iterator[tuple[Tensor, ...]]:
         """One epoch's minibatches of the rollout, each the arguments of ``minibatch_update``: shuffled
-        transitions, or the whole rollout as it is when ``num_minibatches`` is 1 (a mean ignores order)."""
+        transitions, or the whole rollout as it is when ``num_minibatches`` is 1 (a mean ignores order).
+        A population's: each member's own transitions, shuffled by each member apart."""
         if self.hparams.num_minibatches == 1:
             yield b.obs, b.actions, b.logprobs, b.advantages, b.values, b.returns
+            return
+        if self.population > 1:
+            fields = (b.obs, b.actions, b.logprobs, b.advantages, b.values, b.returns)
+            yield from member_minibatches(fields, self.hparams.num_minibatches)
             return
         for mb_inds in torch.randperm(self.env_steps_per_iteration, device=self.device).split(self.minibatch_size):
             yield tuple(x[mb_inds] for x in (b.obs, b.actions, b.logprobs, b.advantages, b.values, b.returns))
 
     def minibatch_update(self, *minibatch: Tensor) -> PPOLoss:
         """One minibatch's loss (``minibatch_loss``'s arguments) and optimizer step (one CUDA graph with
-        CUDA graphs on)."""
+        CUDA graphs on). A population's: every member's loss on its own minibatch at once, each field
+        ``(members,)``; its ``loss`` the sum over the members that did not diverge."""
+        if self.population > 1:
+            out = self.agent.map(self.agent_loss, *minibatch)
+            loss = self.population_step(self.optimizers(), out.loss, self.hparams.max_grad_norm, self.updating)
+            return PPOLoss(loss, *(t.detach() for t in out[1:]))
         out = self.minibatch_loss(*minibatch)
         self.gradient_step(self.optimizers(), out.loss, self.hparams.max_grad_norm)
         return PPOLoss(*(t.detach() for t in out))
 
-    def minibatch_loss(
+    def minibatch_loss(self, *minibatch: Tensor) -> PPOLoss:
+        """The networks' forward and the PPO objective on one minibatch (``agent_loss``'s arguments after
+        the agent): one function, so that ``compile_networks`` compiles the whole loss (and, through
+        AOTAutograd, its backward)."""
+        return self.agent_loss(self.agent, *minibatch)
+
+    def agent_loss(
         self,
+        agent: Any,
         obs: Tensor,
         actions: Tensor,
         logprobs: Tensor,
@@ -248,13 +284,13 @@ class PPO(RLModule):
         returns: Tensor,
         *memory: Tensor,
     ) -> PPOLoss:
-        """The networks' forward and the PPO objective on one minibatch: one function, so that
-        ``compile_networks`` compiles the whole loss (and, through AOTAutograd, its backward). ``memory``:
-        what a recurrent agent's ``evaluate`` needs besides observations and actions (``RecurrentPPO``)."""
+        """The PPO objective of ``agent`` on one minibatch: the module's own agent (``minibatch_loss``), or a
+        population member (under ``vmap``, ``minibatch_update``). ``memory``: what a recurrent agent's
+        ``evaluate`` needs besides observations and actions (``RecurrentPPO``)."""
         hp = self.hparams
         if hp.norm_adv:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        newlogprob, entropy, newvalue = self.agent.evaluate(obs, actions, *memory)
+        newlogprob, entropy, newvalue = agent.evaluate(obs, actions, *memory)
         return ppo_loss(
             newlogprob.float(),
             logprobs,

@@ -274,6 +274,8 @@ class RecurrentPPO(PPO):
         hidden_sizes: Hidden layer widths of the actor and of the critic MLP after the memory.
     """
 
+    trains_populations = False  # PPO's population path has no per-member memories
+
     def __init__(
         self,
         recurrent: Recurrent = "lstm",

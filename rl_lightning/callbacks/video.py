@@ -25,6 +25,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from PIL import Image  # a dependency of tensorboard
 
+from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import eval_seed_base, make_eval_env
 
 
@@ -221,6 +222,13 @@ class RecordEpisodes(L.Callback):
         self.fps = fps
         self.evaluations = 0
         self.videos: list[Path] = []  # the mp4 files written, oldest first
+
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
+        if getattr(pl_module, "population", 1) > 1:
+            raise ConfigError(
+                f"RecordEpisodes records one policy, not a population (run.population={pl_module.population}): "
+                "leave it off, or record a member exported with export_policy(member=k)."
+            )
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:

@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from rl_lightning.cuda_graphs import UpdateGraphs
-from rl_lightning.envs.make import remake_vector_env
+from rl_lightning.envs.make import EpisodeLog, remake_vector_env
 from rl_lightning.errors import CollectionError, naming_env_faults
 
 Collected = TypeVar("Collected", covariant=True)
@@ -57,8 +57,9 @@ class ExperienceSide(Protocol[Collected]):
         """Let go of the envs (they are closed or replaced); what was stored stays."""
         ...
 
-    def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Returns and lengths of the training episodes that ended since the last call."""
+    def pop_episode_stats(self, with_sub_envs: bool = False) -> tuple[np.ndarray, ...]:
+        """Returns and lengths (and, ``with_sub_envs``, the sub-env of each) of the training episodes that
+        ended since the last call."""
         ...
 
     def state_dict(self) -> dict[str, Any] | None:
@@ -84,8 +85,10 @@ class CollectorSide:
     def stop(self) -> None:
         self.collector = None
 
-    def pop_episode_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.collector.episodes.pop() if self.collector is not None else (np.zeros(0), np.zeros(0))
+    def pop_episode_stats(self, with_sub_envs: bool = False) -> tuple[np.ndarray, ...]:
+        if self.collector is not None:
+            return self.collector.episodes.pop(with_sub_envs)
+        return EpisodeLog().pop(with_sub_envs)
 
 
 def collect_from(module: Any, policy: Any, max_restarts: int) -> Any:

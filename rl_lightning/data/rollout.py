@@ -22,6 +22,7 @@ from rl_lightning.data.experience import CollectorSide
 from rl_lightning.envs.make import EpisodeLog, episode_stats, steps_on_device
 from rl_lightning.envs.normalize import RunningMeanStd
 from rl_lightning.envs.spaces import action_dtype, action_shape, to_env_actions
+from rl_lightning.networks.population import Population
 
 
 class Rollout(NamedTuple):
@@ -62,11 +63,23 @@ class Policy(Protocol):
     arrays, which ``RolloutCollector`` calls after every vector step of a gymnasium or envpool env, before
     it asks for the values of the truncated sub-envs' final observations (in sub-env order): so it can
     value those from their memories and reset each ended sub-env's memory before its next episode.
+
+
+    A ``Population`` of actor-critics (``run.population``: each member acts in its own sub-envs) is a
+    policy too: the collectors ask each truncated sub-env's final observation of its own member.
     """
 
     def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]: ...
 
     def value(self, obs: Tensor) -> Tensor: ...
+
+
+def values_at(policy: Policy, obs: Tensor, sub_envs: Tensor, num_sub_envs: int) -> Tensor:
+    """The values of ``obs``, row ``i`` from sub-env ``sub_envs[i]`` of ``num_sub_envs``: ``policy.value``,
+    or for a ``Population`` each row's member's (member ``k``'s sub-envs are a ``1 / size`` block)."""
+    if isinstance(policy, Population):
+        return policy.per_row("value", sub_envs * policy.size // num_sub_envs, obs)
+    return policy.value(obs)
 
 
 def gae(
@@ -283,7 +296,8 @@ class RolloutCollector:
                     # Bootstrap a time-limit cut from V(final observation): the episode did not end.
                     idx = np.flatnonzero(truncated)
                     final_obs = self._obs_to_tensor(np.stack(infos["final_obs"][idx]))
-                    self.final_values[t, idx] = policy.value(self._policy_obs(final_obs))
+                    sub_envs = torch.as_tensor(idx, device=self.device)
+                    self.final_values[t, idx] = values_at(policy, self._policy_obs(final_obs), sub_envs, len(truncated))
                 self.episodes.record(infos)
 
         truncated_t = torch.as_tensor(self.truncated, device=self.device)
@@ -351,8 +365,13 @@ class RolloutCollector:
         """Once per rollout: V(final observation) of the truncated steps, and the ended episodes'
         statistics to the host (the rollout's only two device syncs)."""
         truncated = self.truncated.nonzero(as_tuple=True)
-        self.final_values[truncated] = policy.value(self._policy_obs(self.final_obs[truncated]))
-        self.episodes.add(self.ended_returns[self.ended].cpu().numpy(), self.ended_lengths[self.ended].cpu().numpy())
+        final_obs = self._policy_obs(self.final_obs[truncated])
+        self.final_values[truncated] = values_at(policy, final_obs, truncated[1], self.envs.num_envs)
+        ended = self.ended.nonzero(as_tuple=True)
+        # One copy for returns, lengths and sub-envs (float64 holds all three exactly).
+        stats = torch.stack([self.ended_returns[ended].double(), self.ended_lengths[ended].double(), ended[1].double()])
+        returns, lengths, sub_envs = stats.cpu().numpy()
+        self.episodes.add(returns.astype(np.float32), lengths.astype(np.int32), sub_envs.astype(np.int64))
 
 
 class GraphedPolicy(NamedTuple):

@@ -162,7 +162,7 @@ def remake_vector_env(
     """Close ``envs`` after a failure, as their backend closes them then, and make them anew
     (``env.restart_on_failure``)."""
     backend_of(envs).close_after_failure(envs)
-    return make_vector_env(config, device=device)
+    return make_vector_env(config, num_envs=envs.num_envs, device=device)  # a population's: all its members' sub-envs
 
 
 def eval_env_config(config: EnvConfig, render_mode: str | None) -> EnvConfig:
@@ -174,29 +174,33 @@ def eval_env_config(config: EnvConfig, render_mode: str | None) -> EnvConfig:
 
 class EpisodeLog:
     """Returns and lengths of the training episodes that ended, gathered per vector step and taken
-    out once per log step. Each step's statistics are kept as the env returns them (numpy arrays, or
-    tensors on the env's device) and masked when taken out, so recording never syncs with a device."""
+    out once per log step, with the sub-env each ended in (a population's member is its sub-env's).
+    Each step's statistics are kept as the env returns them (numpy arrays, or tensors on the env's
+    device) and masked when taken out, so recording never syncs with a device."""
 
     def __init__(self) -> None:
-        self.steps: list[tuple[Any, Any, Any]] = []
+        self.steps: list[tuple[Any, Any, Any, np.ndarray]] = []
 
     def record(self, infos: dict[str, Any]) -> None:
         """Keep the episodes that ended in a vector step (``infos`` as ``step`` returns it)."""
         if (stats := episode_stats(infos)) is not None:
-            self.steps.append(stats)
+            self.steps.append((*stats, np.arange(len(stats[0]))))
 
-    def add(self, returns: np.ndarray, lengths: np.ndarray) -> None:
-        """Keep the returns and lengths of episodes that ended."""
-        self.steps.append((np.ones(len(returns), dtype=bool), returns, lengths))
+    def add(self, returns: np.ndarray, lengths: np.ndarray, sub_envs: np.ndarray | None = None) -> None:
+        """Keep the returns and lengths of episodes that ended (in ``sub_envs``, if known)."""
+        where = np.zeros(len(returns), dtype=np.int64) if sub_envs is None else np.asarray(sub_envs)
+        self.steps.append((np.ones(len(returns), dtype=bool), returns, lengths, where))
 
-    def pop(self) -> tuple[np.ndarray, np.ndarray]:
-        """Returns and lengths of the episodes recorded since the last call."""
-        returns, lengths = np.zeros(0), np.zeros(0)
+    def pop(self, with_sub_envs: bool = False) -> tuple[np.ndarray, ...]:
+        """Returns and lengths (and, ``with_sub_envs``, the sub-env of each) of the episodes recorded since
+        the last call."""
+        returns, lengths, sub_envs = np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
         if self.steps:
-            ended, returns, lengths = (_host_concat(column) for column in zip(*self.steps, strict=True))
-            returns, lengths = returns[ended], lengths[ended]
+            ended, returns, lengths = (_host_concat(column) for column in list(zip(*self.steps, strict=True))[:3])
+            sub_envs = np.concatenate([step[3] for step in self.steps])
+            returns, lengths, sub_envs = returns[ended], lengths[ended], sub_envs[ended]
         self.steps.clear()
-        return returns, lengths
+        return (returns, lengths, sub_envs) if with_sub_envs else (returns, lengths)
 
 
 def _host_concat(arrays: Any) -> np.ndarray:

@@ -1,0 +1,413 @@
+"""Populations (``run.population``): N seeds of PPO as one batched model. Each member must be, update for
+update, the run of its own seed: its initialization, its env seeds, its loss, gradients (clipped by its own
+norm) and Adam step; checkpoints hold and resume all members; a diverging member is frozen alone."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from rl_lightning import A2C, PPO, EnvConfig, RecurrentPPO
+from rl_lightning.algorithms.base import report_diverged_members
+from rl_lightning.algorithms.ppo import PPOLoss
+from rl_lightning.callbacks import LastCheckpoint, RecordEpisodes
+from rl_lightning.errors import ConfigError, DivergenceError
+from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.networks.population import (
+    Population,
+    PopulationAdam,
+    clip_grad_norm_per_member,
+    interquartile_mean,
+    member_minibatches,
+    members_first,
+    step_members,
+)
+from rl_lightning.optim import make_adam
+from tests.helpers import ROOT, TINY_RUN, build, cli, quick_trainer
+
+OBS, ACT = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+
+
+class Lights(gym.Env):
+    """16 steps (then truncated, so every episode ends at a rollout's end here): a light, on or off by a
+    fixed pattern (a resumed run's new episodes are the old ones), and reward 1 for matching it."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def _obs(self):
+        self.light = (self.t // 3) % 2
+        return np.array([self.t / 16, self.light], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.light)
+        self.t += 1
+        return self._obs(), reward, False, self.t >= 16, {}
+
+
+gym.register("test/Lights-v0", entry_point=Lights)
+
+
+def actor_critic() -> ActorCritic:
+    return ActorCritic(OBS, ACT, (8, 8))
+
+
+def population_ppo(population: int = 3, total: int = 512, **kw) -> PPO:
+    args = dict(
+        env=EnvConfig("CartPole-v1", num_envs=2, seed=5),
+        total_env_steps=total,
+        env_steps_per_epoch=256,
+        eval_episodes=2,
+        population=population,
+        num_steps=16,
+        num_minibatches=2,
+        update_epochs=2,
+        hidden_sizes=(8, 8),
+    )
+    return build(PPO, **{**args, **kw})
+
+
+def test_members_are_initialized_as_their_seeds_runs_and_answer_as_them():
+    population = Population(actor_critic, [3, 7, 11])
+    assert population.members.actor_body[0].weight.shape == (3, 8, 4)
+    assert "members.critic.0.weight" in population.state_dict()
+    torch.manual_seed(7)
+    single = actor_critic()
+    for (name, a), b in zip(population.member(1).named_parameters(), single.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    obs = torch.randn(3 * 5, 4)
+    actions = torch.randint(0, 2, (15,))
+    logprobs, entropy, values = population.evaluate(obs, actions)  # (N * B, ...) in member order
+    expected = single.evaluate(obs[5:10], actions[5:10])
+    for got, want in zip((logprobs[5:10], entropy[5:10], values[5:10]), expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert torch.equal(population(obs, True)[5:10], single(obs[5:10], True))
+    # Rows of given members (a collector's truncated sub-envs): each valued by its own member.
+    rows = population.per_row("value", torch.tensor([1, 1, 2]), obs[:3])
+    torch.testing.assert_close(rows[:2], single.value(obs[:2]))
+
+
+def test_gradients_are_clipped_member_by_member_as_a_single_network_clips_its_own():
+    population = Population(actor_critic, [0, 1])
+    singles = [population.member(k) for k in range(2)]
+    obs = torch.randn(2, 6, 4) * torch.tensor([0.01, 50.0]).view(2, 1, 1)  # member 1's gradients far larger
+    population.map(lambda net, o: net.value(o).pow(2).mean(), obs).sum().backward()
+    norms = clip_grad_norm_per_member(list(population.parameters()), 0.5)
+    for k, single in enumerate(singles):
+        single.value(obs[k]).pow(2).mean().backward()
+        norm = torch.nn.utils.clip_grad_norm_(single.parameters(), 0.5)
+        torch.testing.assert_close(norms[k], norm)
+        for (name, p), q in zip(population.members.named_parameters(), single.parameters(), strict=True):
+            if q.grad is not None:
+                torch.testing.assert_close(p.grad[k], q.grad, msg=name)
+    assert norms[0] < 0.5 < norms[1]  # one clipped, the other not: each by its own norm
+
+
+def test_population_adam_is_one_adam_per_member_with_its_own_lr_and_masked_steps():
+    population = Population(actor_critic, [0, 1, 2])
+    singles = [population.member(k) for k in range(3)]
+    lrs = [1e-2, 1e-3, 3e-2]
+    opt = PopulationAdam(population.parameters(), lr=torch.tensor(lrs), eps=1e-5)
+    single_opts = [torch.optim.Adam(s.parameters(), lr=lr, eps=1e-5) for s, lr in zip(singles, lrs, strict=True)]
+    before = [p.detach().clone() for p in population.parameters()]
+    for step in range(3):
+        members = torch.tensor([True, step != 1, True])  # member 1 skips step 1
+        for p in population.parameters():
+            p.grad = torch.randn_like(p)
+        for k, (single, single_opt) in enumerate(zip(singles, single_opts, strict=True)):
+            for p, q in zip(population.parameters(), single.parameters(), strict=True):
+                q.grad = p.grad[k].clone()
+            if bool(members[k]):
+                single_opt.step()
+        opt.step(members=members)
+    for k, single in enumerate(singles):
+        for p, q in zip(population.parameters(), single.parameters(), strict=True):
+            torch.testing.assert_close(p[k], q)
+    assert all(not torch.equal(p, b) for p, b in zip(population.parameters(), before, strict=True))
+    state = next(iter(opt.state.values()))
+    assert state["step"].tolist() == [3, 2, 3]
+
+
+def test_rollout_layout_and_minibatches_are_per_member():
+    # A rollout field (T=2, N=2 members x E=3 sub-envs): entry t * 10 + sub-env.
+    x = torch.tensor([[0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15]])
+    laid_out = members_first(x.flatten().unflatten(0, (2, -1)), 2)
+    assert laid_out.tolist() == [[0, 1, 2, 10, 11, 12], [3, 4, 5, 13, 14, 15]]  # each as its run flattens (T, E)
+    seen = [[], []]
+    for (mb,) in member_minibatches((laid_out,), 3):
+        assert mb.shape == (2, 2)
+        for k in range(2):
+            seen[k] += mb[k].tolist()
+    assert sorted(seen[0]) == [0, 1, 2, 10, 11, 12] and sorted(seen[1]) == [3, 4, 5, 13, 14, 15]
+    assert interquartile_mean(torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 100.0])) == 3.5
+
+
+def test_member_env_and_network_seeding_equal_the_single_runs():
+    population = population_ppo(population=3)
+    population.setup("fit")
+    assert population.member_seeds == [5, 7, 9] and population.envs.num_envs == 6
+    obs, _ = population.envs.reset(seed=population.rank_seed)
+    for k, seed in enumerate(population.member_seeds):
+        torch.manual_seed(seed)  # the single run: seed_everything(seed), env.seed = seed
+        single = population_ppo(population=1, env=EnvConfig("CartPole-v1", num_envs=2, seed=seed))
+        single.setup("fit")
+        single_obs, _ = single.envs.reset(seed=single.rank_seed)
+        assert (obs[2 * k : 2 * k + 2] == single_obs).all()
+        for a, b in zip(population.agent.member(k).parameters(), single.agent.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        single.teardown("fit")
+    population.teardown("fit")
+
+
+def test_a_members_update_equals_its_single_runs_update():
+    """The same rollout batch: member k's loss, clipped gradients and parameters after one Adam step are
+    those of a single PPO with its seed (up to float reassociation)."""
+    population = population_ppo(population=3, num_minibatches=1, max_grad_norm=0.1)
+    population.build_for_env()
+    opt = population.configure_optimizers()
+    population.optimizers = lambda: opt  # one step by hand: no trainer
+    population.manual_backward = lambda loss: loss.backward()
+    population.updating = torch.ones(3, dtype=torch.bool)
+    s = 32
+    batch = (
+        torch.randn(3, s, 4),
+        torch.randint(0, 2, (3, s)),
+        torch.randn(3, s) * 0.1 - 0.7,
+        torch.randn(3, s) * torch.tensor([1.0, 10.0, 100.0]).view(3, 1),
+        torch.randn(3, s),
+        torch.randn(3, s) * 30,
+    )
+    out = population.minibatch_update(*batch)
+    single_losses = []
+    for k, seed in enumerate(population.member_seeds):
+        torch.manual_seed(seed)
+        single = population_ppo(population=1, num_minibatches=1, max_grad_norm=0.1)
+        single.build_for_env()
+        single_opt = make_adam(single.agent.parameters(), 2.5e-4, 1e-5, fused=True)
+        loss = single.minibatch_loss(*(x[k] for x in batch))
+        torch.testing.assert_close(out.policy_loss[k], loss.policy_loss.detach())
+        torch.testing.assert_close(out.value_loss[k], loss.value_loss.detach())
+        torch.testing.assert_close(out.approx_kl[k], loss.approx_kl)
+        loss.loss.backward()
+        torch.nn.utils.clip_grad_norm_(single.agent.parameters(), 0.1)
+        single_opt.step()
+        for (name, p), q in zip(population.agent.members.named_parameters(), single.agent.parameters(), strict=True):
+            torch.testing.assert_close(p.grad[k], q.grad, msg=name)
+            torch.testing.assert_close(p[k], q, msg=name)
+        single_losses.append(loss.loss.detach())
+    torch.testing.assert_close(out.loss, sum(single_losses))  # what training_step returns: the members' sum
+
+
+def test_a_diverged_member_is_frozen_and_reported_and_the_others_train_on():
+    population = population_ppo(population=3)
+    population.build_for_env()
+    opt = population.configure_optimizers()
+    population.manual_backward = lambda loss: loss.backward()
+    before = [p.detach().clone() for p in population.parameters()]
+    obs = torch.randn(3, 4, 4)
+    member_losses = population.agent.map(lambda net, o: net.value(o).mean(), obs) * torch.tensor([1.0, math.nan, 1.0])
+    total = population.population_step(opt, member_losses, max_grad_norm=0.5)
+    assert total.isfinite() and population.diverged_members.tolist() == [False, True, False]
+    for p, b in zip(population.parameters(), before, strict=True):
+        if not torch.equal(p, b):
+            assert torch.equal(p[1], b[1]) and not torch.equal(p[0], b[0])
+    with pytest.warns(UserWarning, match=r"member\(s\) \[1\] diverged"):
+        reported = report_diverged_members(population, None)
+    assert report_diverged_members(population, reported).tolist() == reported.tolist()  # once only
+    population.diverged_members[:] = True
+    with pytest.raises(DivergenceError, match="Every member"):
+        report_diverged_members(population, reported)
+
+
+def test_a_member_that_diverges_in_a_fit_is_frozen_and_the_run_goes_on(monkeypatch):
+    map_members = Population.map
+
+    def map_with_a_nan_member(self, fn, *inputs):
+        out = map_members(self, fn, *inputs)
+        return out._replace(loss=out.loss * torch.tensor([1.0, math.nan, 1.0])) if isinstance(out, PPOLoss) else out
+
+    monkeypatch.setattr(Population, "map", map_with_a_nan_member)
+    model = population_ppo(population=3)
+    with pytest.warns(UserWarning, match=r"member\(s\) \[1\] diverged"):
+        trainer = quick_trainer()
+        trainer.fit(model)
+    assert model.env_steps == 512 and model.diverged_members.tolist() == [False, True, False]
+    initial = population_ppo(population=3)
+    initial.build_for_env()
+    for p, q in zip(model.agent.parameters(), initial.agent.parameters(), strict=True):
+        assert torch.equal(p[1], q[1]) and not torch.equal(p[0], q[0])  # member 1 frozen from its first step
+    assert trainer.callback_metrics["member_1/val/episode_return"].isfinite()
+
+
+def test_checkpoints_hold_every_member_and_resume_exactly(tmp_path):
+    lights = EnvConfig("test/Lights-v0", num_envs=2, seed=5)
+    L.seed_everything(0)
+    straight = population_ppo(population=2, total=1024, env=lights)
+    quick_trainer().fit(straight)
+
+    L.seed_everything(0)
+    interrupted = population_ppo(population=2, total=1024, env=lights)
+    callback = LastCheckpoint(dirpath=tmp_path)
+    quick_trainer(max_epochs=2, callbacks=[callback], enable_checkpointing=True).fit(interrupted)
+    assert interrupted.env_steps == 512  # per member
+    torch.manual_seed(123)
+    resumed = population_ppo(population=2, total=1024, env=lights)
+    trainer = quick_trainer()
+    trainer.fit(resumed, ckpt_path=tmp_path / "last.ckpt")
+    assert resumed.env_steps == straight.env_steps == 1024
+    assert straight.state_dict()["agent.members.actor_body.0.weight"].shape == (2, 8, 2)
+    for a, b in zip(straight.state_dict().values(), resumed.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    opt_a = straight.trainer.optimizers[0].state_dict()["state"]
+    opt_b = trainer.optimizers[0].state_dict()["state"]
+    for k in opt_a:
+        torch.testing.assert_close(opt_a[k]["exp_avg"], opt_b[k]["exp_avg"], rtol=0, atol=0)
+        torch.testing.assert_close(opt_a[k]["step"], opt_b[k]["step"], rtol=0, atol=0)
+    # Evaluation plays every member, each on its own run's evaluation seeds, and logs each.
+    metrics = trainer.callback_metrics
+    members = torch.stack([metrics[f"member_{k}/val/episode_return"] for k in range(2)])
+    torch.testing.assert_close(metrics["val/episode_return"], members.mean())
+
+    # Export: one member as a plain policy, acting as that member does.
+    program = resumed.export_policy(member=1)
+    obs = torch.rand(5, 2)
+    assert torch.equal(program.module()(obs), resumed.agent.member(1)(obs, True))
+    with pytest.raises(ConfigError, match="member=k"):
+        resumed.export_policy()
+
+
+def test_evaluation_plays_each_member_on_its_own_runs_seeds():
+    population = population_ppo(population=2)
+    population.build_for_env()
+    returns, _ = population.play_episodes([1_000_005, 1_000_006])
+    for k, seed in enumerate(population.member_seeds):
+        single = population_ppo(population=1, env=EnvConfig("CartPole-v1", num_envs=2, seed=seed))
+        single.build_for_env()
+        single.agent.load_state_dict(population.agent.member(k).state_dict())
+        single_returns, _ = single.play_episodes([seed + 1_000_000, seed + 1_000_001])
+        assert returns[2 * k : 2 * k + 2].tolist() == single_returns.tolist()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(normalize_obs=True), "normalize_obs does not work with run.population=2"),
+        (dict(use_sde=True), "use_sde does not work"),
+    ],
+)
+def test_options_a_population_cannot_keep_per_member_are_refused(options, message):
+    with pytest.raises(ConfigError, match=message):
+        population_ppo(population=2, **options)
+
+
+def test_videos_of_a_population_are_refused_before_any_env_step():
+    with pytest.raises(ConfigError, match="RecordEpisodes records one policy"):
+        quick_trainer(callbacks=[RecordEpisodes(tensorboard=False)]).fit(population_ppo(population=2))
+
+
+def test_algorithms_without_populations_refuse_them_naming_those_with():
+    with pytest.raises(ConfigError, match="RecurrentPPO does not train populations.*A2C, PPO do"):
+        build(RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=2), population=2)
+
+
+def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path):
+    ok = cli(
+        "fit",
+        "--config",
+        str(ROOT / "configs/ppo/cartpole.yaml"),
+        "--model.run.population",
+        "2",
+        *TINY_RUN,
+        cwd=tmp_path,
+    )
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    bad = cli(
+        "fit",
+        "--config",
+        str(ROOT / "configs/ppo/cartpole.yaml"),
+        "--model.run.population",
+        "0",
+        *TINY_RUN,
+        cwd=tmp_path,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == "rl-lightning: error: run.population must be >= 1, got 0."
+    dqn = cli(
+        "fit",
+        "--config",
+        str(ROOT / "configs/dqn/cartpole.yaml"),
+        "--model.run.population",
+        "2",
+        *TINY_RUN,
+        cwd=tmp_path,
+    )
+    assert dqn.returncode == 2 and "DQN does not train populations" in dqn.stderr, dqn.stderr[-2000:]
+
+
+def test_a2c_members_update_as_their_single_runs_with_rmsprop_and_a_masked_member_keeps_its_state():
+    population = build(A2C, env=EnvConfig("CartPole-v1", num_envs=2, seed=5), population=2, hidden_sizes=(8, 8))
+    population.build_for_env()
+    opt = population.configure_optimizers()  # torch's RMSprop over the stacked parameters: one per member
+    population.optimizers = lambda: opt
+    population.manual_backward = lambda loss: loss.backward()
+    batch = (torch.randn(2, 10, 4), torch.randint(0, 2, (2, 10)), torch.randn(2, 10), torch.randn(2, 10) * 5)
+    out = population.rollout_update(*batch)
+    for k, seed in enumerate(population.member_seeds):
+        torch.manual_seed(seed)
+        single = build(A2C, env=EnvConfig("CartPole-v1", num_envs=2, seed=seed), hidden_sizes=(8, 8))
+        single.build_for_env()
+        single_opt = single.configure_optimizers()
+        loss = single.agent_loss(single.agent, *(x[k] for x in batch))
+        torch.testing.assert_close(out.value_loss[k], loss.value_loss.detach())
+        loss.loss.backward()
+        torch.nn.utils.clip_grad_norm_(single.agent.parameters(), 0.5)
+        single_opt.step()
+        for p, q in zip(population.agent.parameters(), single.agent.parameters(), strict=True):
+            torch.testing.assert_close(p[k], q)
+    # A member masked out of a step (diverged) keeps its parameters and RMSprop state exactly.
+    before = {p: (p.detach().clone(), opt.state[p]["square_avg"].clone()) for p in population.agent.parameters()}
+    for p in population.agent.parameters():
+        p.grad = torch.randn_like(p)
+        p.grad[1] = math.nan
+    step_members(opt, torch.tensor([True, False]))
+    for p, (param, square_avg) in before.items():
+        assert torch.equal(p[1], param[1]) and torch.equal(opt.state[p]["square_avg"][1], square_avg[1])
+        assert not torch.equal(p[0], param[0]) and p.isfinite().all()
+
+
+def test_a2c_population_fits():
+    L.seed_everything(0)
+    model = build(
+        A2C,
+        env=EnvConfig("CartPole-v1", num_envs=2, seed=5),
+        population=3,
+        total_env_steps=400,
+        env_steps_per_epoch=200,
+        eval_episodes=2,
+        hidden_sizes=(8, 8),
+    )
+    trainer = quick_trainer(log_every_n_steps=1)
+    trainer.fit(model)
+    assert model.env_steps == 400  # per member
+    assert {f"member_{k}/val/episode_return" for k in range(3)} <= set(trainer.callback_metrics)
+    assert "val/episode_return_iqm" in trainer.callback_metrics
+
+
+def test_target_kl_stops_each_members_own_epochs():
+    population = population_ppo(population=3, target_kl=0.02)
+    population._trainer = SimpleNamespace(strategy=SimpleNamespace(reduce=lambda x, reduce_op: x))  # one rank
+    population.updating = torch.ones(3, dtype=torch.bool)
+    assert not population.kl_stops_epochs(torch.tensor([0.01, 0.05, 0.01]))
+    assert population.updating.tolist() == [True, False, True]  # member 1's updates masked from now on
+    assert population.kl_stops_epochs(torch.tensor([0.03, 0.0, 0.03]))  # every member has stopped
