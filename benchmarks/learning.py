@@ -81,6 +81,11 @@ MEMORY: dict[str, float] = {
     "recurrent_ppo/cartpole_novel": 475,
     "ppo/cartpole_novel": 475,
     "recurrent_ppo/pendulum_novel": -250,  # PPO's Pendulum threshold (with velocities)
+    "ppo/pendulum_novel_stack4": -250,
+    # POPGym's RepeatFirstEasy (`memory` extra): the first card's suit asked for at each of 51 steps; episode
+    # return 1.0 at most, -0.5 without a memory. Threshold: 0.9 (the suit right at 49 of the 51 steps).
+    "recurrent_ppo/repeat_first": 0.9,
+    "ppo/repeat_first": 0.9,
 }
 THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY}
 GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION, "memory": MEMORY}
