@@ -6,7 +6,7 @@
     python benchmarks/learning.py --configs ppo/hopper,ppo/halfcheetah,ppo/walker2d --plot curves.png
     python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
-    python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO on CartPole without velocities
+    python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO without velocities, RepeatFirst
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
 
@@ -75,8 +75,8 @@ EXPLORATION: dict[str, float] = {
     "td3/mountaincarcontinuous": 90,
 }
 # Partial observability: classic control without velocities (the zoo's "NoVel" envs); a memory needs to
-# infer them, stateless PPO beside it on the same settings stays far below. Thresholds: gymnasium's (475),
-# PPO's on Pendulum with velocities (-250).
+# infer them, stateless PPO beside it on the same settings stays far below (on Pendulum a 4-frame stack is
+# the stateless baseline). Thresholds: gymnasium's (475), PPO's on Pendulum with velocities (-250).
 MEMORY: dict[str, float] = {
     "recurrent_ppo/cartpole_novel": 475,
     "ppo/cartpole_novel": 475,
