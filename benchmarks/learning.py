@@ -7,6 +7,7 @@
     python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
     python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO without velocities, RepeatFirst
+    python benchmarks/learning.py --configs minatar --seeds 0 --jobs 1  # DQN and PQN on MinAtar Breakout
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
 
@@ -38,6 +39,7 @@ CLASSIC: dict[str, float] = {
     "reinforce/cartpole": 400,
     "dqn/cartpole": 475,
     "qrdqn/cartpole": 475,
+    "pqn/cartpole": 475,
     "sac/pendulum": -200,
     "td3/pendulum": -200,
     "ddpg/pendulum": -200,
@@ -87,8 +89,21 @@ MEMORY: dict[str, float] = {
     "recurrent_ppo/repeat_first": 0.9,
     "ppo/repeat_first": 0.9,
 }
-THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY}
-GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION, "memory": MEMORY}
+# MinAtar (Young & Tian 2019; the `minatar` package): threshold 10, where the paper's DQN Breakout curve levels
+# off (its README's learning curves: ~10 from 1M of its 5M frames on; training returns, 30 seeds).
+MINATAR: dict[str, float] = {
+    "dqn/minatar_breakout": 10,
+    "pqn/minatar_breakout": 10,
+}
+THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY, **MINATAR}
+GROUPS = {
+    "classic": CLASSIC,
+    "users": USERS,
+    "mujoco": MUJOCO,
+    "exploration": EXPLORATION,
+    "memory": MEMORY,
+    "minatar": MINATAR,
+}
 # Published learning curves (returns along the way, not only at 1M) for the MuJoCo configs: the zoo's own
 # evaluation logs and the TD3 paper's 10 seeds; where each comes from is in the file's "sources".
 REFERENCE_CURVES: dict[str, list[dict[str, Any]]] = json.loads(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
@@ -40,6 +41,8 @@ def export_policy(
     ``(obs, memory) -> (actions, memory)``, ``module.act_in_env(obs, memory)``.
     """
     observation_space, _ = module.build_for_env()
+    if not isinstance(observation_space, gym.spaces.Box):  # the networks see it flattened, as the envs give it
+        observation_space = gym.spaces.flatten_space(observation_space)
     example = torch.as_tensor(np.stack([observation_space.sample()] * 2), device=module.device)
     batch = {0: torch.export.Dim("batch")}
     inputs, dynamic_shapes = ((example,), (batch,)) if memory is None else ((example, memory), (batch, (batch,)))

@@ -37,7 +37,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import Logger  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 
-from rl_lightning import PPO, SAC, TD3, EnvConfig, RLModule  # noqa: E402
+from rl_lightning import PPO, SAC, TD3, EnvConfig, RecurrentPPO, RLModule  # noqa: E402
 from rl_lightning.checkpointing import AtomicCheckpointIO  # noqa: E402
 from rl_lightning.data.rollout import gae_batch  # noqa: E402
 from rl_lightning.envs.make import episode_stats  # noqa: E402
@@ -107,6 +107,10 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
     # envpool's C++ vector env: per-rank seeds and evaluation seeds on a pool that fixes seeds when built.
     "ppo_envpool": lambda steps: build(
         PPO, env=EnvConfig("CartPole-v1", num_envs=4, backend="envpool"), total_env_steps=steps, **PPO_ARGS
+    ),
+    # Memory per sub-env on each rank (2 sequences of 2 sub-envs per minibatch); resume on one device.
+    "recurrent_ppo": lambda steps: build(
+        RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, hidden_size=16, **PPO_ARGS
     ),
     "ppo_two_losses": lambda steps: build(
         PPOTwoLosses, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS

@@ -27,6 +27,7 @@ from rl_lightning import (
     DDPG,
     DQN,
     PPO,
+    PQN,
     QRDQN,
     REINFORCE,
     SAC,
@@ -261,6 +262,7 @@ def _golden_cases() -> dict[str, Any]:
         ),
         "a2c": lambda: A2C(**cartpole, run=run(400, 200, 3), rollouts_per_step=3),
         "reinforce": lambda: REINFORCE(**cartpole, run=run(1200, 600, 3), num_steps=100, max_grad_norm=1.0),
+        "pqn": lambda: PQN(**cartpole, run=run(1024, 512, 3), num_steps=32, num_minibatches=4, update_epochs=2),
         "dqn": lambda: DQN(
             **cartpole,
             run=run(1200, 600, 3),

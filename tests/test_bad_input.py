@@ -154,16 +154,17 @@ CASES += [
     ),
     (
         off_policy("sac") + ["--model.env.env_id", "CarRacing-v3"],
-        r"SAC has no image encoder .*Use A2C, C51, DQN, PPO, QRDQN, REINFORCE, RecurrentPPO \(Nature CNN\)",
+        r"SAC has no image encoder .*Use A2C, C51, DQN, PPO, PQN, QRDQN, REINFORCE, RecurrentPPO \(Nature or "
+        r"MinAtar CNN\)",
     ),
     (
         [
             "--model.env.env_id",
             "CarRacing-v3",
             "--model.env.wrappers",
-            "[{class_path: gymnasium.wrappers.ResizeObservation, init_args: {shape: [16, 16]}}]",
+            "[{class_path: gymnasium.wrappers.ResizeObservation, init_args: {shape: [2, 2]}}]",
         ],
-        r"16x16 are smaller than the Nature CNN's 36x36",
+        r"are smaller than the MinAtar CNN's 3x3",
     ),
 ]
 

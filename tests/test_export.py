@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -47,12 +48,17 @@ def test_exported_policies_act_like_evaluation_without_rl_lightning(tmp_path: Pa
         "ppo_gaussian": gaussian,
         "dqn": built(build(DQN, EnvConfig("CartPole-v1"))),
         "sac": built(build(SAC, EnvConfig("Pendulum-v1"))),
+        # Tuple and Dict observations: the policy takes them flattened, as the envs give them
+        "ppo_tuple": built(build(PPO, EnvConfig("Blackjack-v1"))),
+        "dqn_dict": built(build(DQN, EnvConfig("rl_lightning.envs.examples:GridReach-v0"))),
     }
     cases, expected = {}, {}
     for name, model in models.items():
         path = tmp_path / f"{name}.pt2"
         model.export_policy(path)
         space = model.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            space = gym.spaces.flatten_space(space)
         obs = torch.as_tensor(np.stack([space.sample() for _ in range(5)]))  # not the export's batch size
         cases[name] = {"path": str(path), "obs": obs.tolist(), "dtype": str(obs.dtype).removeprefix("torch.")}
         with torch.no_grad():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import rl_lightning.algorithms.ppo as ppo_module
-from rl_lightning import DQN, PPO, EnvConfig
+from rl_lightning import DQN, PPO, EnvConfig, RecurrentPPO
 from tests.helpers import CARTPOLE_PPO, build, quick_trainer, tiny_sac
 from tests.helpers import tiny_td3 as tiny
 
@@ -103,6 +103,30 @@ def test_16_mixed_on_cpu_warns_that_it_runs_bf16():
     with pytest.warns(UserWarning, match=r"precision='16-mixed'.*not supported on CPU.*bf16-mixed"):
         trainer = quick_trainer(precision="16-mixed")
     assert trainer.precision == "bf16-mixed"
+
+
+def test_recurrent_ppo_trains_in_bf16_mixed_with_a_float32_memory():
+    """oneDNN has no bfloat16 LSTM with a float32 state: the memories run in float32, the MLPs after them
+    in bfloat16 (before, collection failed at its first step)."""
+    L.seed_everything(0)
+    model = build(
+        RecurrentPPO,
+        env=EnvConfig("CartPole-v1", num_envs=4, seed=0),
+        total_env_steps=256,
+        num_steps=16,
+        num_minibatches=2,
+        hidden_size=16,
+        env_steps_per_epoch=128,
+        eval_episodes=1,
+    )
+    quick_trainer(precision="bf16-mixed").fit(model)
+    assert model.env_steps == 256 and model.experience.memory.dtype == torch.float32
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        memory = model.agent.initial_state(3)
+        actor, critic, memory = model.agent._run(torch.randn(5, 3, 4, dtype=torch.bfloat16), memory)
+        hidden = model.agent.body.actor_body(actor[-1])
+    assert actor.dtype == critic.dtype == memory.dtype == torch.float32 and hidden.dtype == torch.bfloat16
 
 
 @pytest.mark.slow

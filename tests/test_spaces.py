@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import A2C, DQN, PPO, REINFORCE, SAC, EnvConfig, ReplayConfig, RunConfig
+from rl_lightning import A2C, DQN, PPO, REINFORCE, SAC, EnvConfig, RecurrentPPO, ReplayConfig, RunConfig
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.cnn import NatureCNN
+from rl_lightning.evaluation import make_eval_env
+from rl_lightning.networks.cnn import MinAtarCNN, NatureCNN
 from rl_lightning.networks.encoders import MultiInputEncoder
 from rl_lightning.networks.policies import BernoulliHead, CategoricalHead, MultiCategoricalHead
 from tests.helpers import quick_trainer, register
@@ -119,6 +120,30 @@ def test_dict_observations_with_an_image_get_a_cnn_for_it_and_the_rest_concatena
     assert encoder.features_dim == 512 + 3
 
 
+@pytest.mark.parametrize(
+    "env_id, env_kwargs",
+    [
+        ("test/DictImage-v0", {}),  # Dict with an image: a CNN for it, then the memory
+        ("test/Image-v0", {"box_actions": True}),  # images, Gaussian actions
+        ("Blackjack-v1", {}),  # Tuple of Discretes
+        ("rl_lightning.envs.examples:GridReach-v0", {"multi_discrete": True}),  # Dict, factored categorical
+        ("test/MultiBinary-v0", {}),  # Bernoulli actions
+    ],
+)
+def test_recurrent_ppo_takes_the_spaces_ppo_takes(env_id, env_kwargs):
+    model = RecurrentPPO(
+        env=EnvConfig(env_id, num_envs=2, env_kwargs=env_kwargs), run=TINY, num_steps=32, hidden_size=16
+    )
+    fit(model)
+    assert model.env_steps >= 256 and model.experience.memory.shape == (2, 4, 16)
+    assert (model.agent.encoder is not None) == ("Image" in env_id)  # a CNN before the memory
+    envs = make_eval_env(model.env_config, 1)
+    obs = torch.as_tensor(envs.reset(seed=0)[0])  # flattened structures, as the exported policy takes them
+    actions, memory = model.export_policy().module()(obs, model.initial_memory(1))
+    assert envs.action_space.contains(actions.numpy().astype(envs.action_space.dtype)) and memory.shape == (1, 4, 16)
+    envs.close()
+
+
 def test_multi_input_encoder_reads_the_flattened_dict_as_its_parts():
     space = DictImageEnv().observation_space
     encoder = MultiInputEncoder(space)
@@ -150,14 +175,17 @@ def test_rgb_frames_stacked_through_env_wrappers_train_ppo():
     assert model.observation_space.shape == (3, 40, 40, 3) and model.agent.encoder.cnn[0].in_channels == 9
 
 
-def test_images_smaller_than_the_cnn_sees_are_refused_with_the_way_forward():
-    with pytest.raises(ConfigError, match=r"20x20 are smaller than the Nature CNN's 36x36.*ResizeObservation"):
-        fit(PPO(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"shape": (20, 20, 3)}), run=TINY))
+def test_images_smaller_than_the_nature_cnn_sees_get_the_minatar_cnn_and_tinier_ones_are_refused():
+    model = PPO(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"shape": (20, 20, 3)}), run=TINY)
+    fit(model)
+    assert isinstance(model.agent.encoder, MinAtarCNN) and model.agent.encoder.cnn[0].in_channels == 3
+    with pytest.raises(ConfigError, match=r"smaller than the MinAtar CNN's 3x3.*FlattenObservation"):
+        fit(PPO(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"shape": (2, 2, 3)}), run=TINY))
 
 
 def test_algorithms_without_an_image_encoder_refuse_images_naming_those_with_one():
     model = SAC(env=EnvConfig("test/Image-v0", num_envs=1, env_kwargs={"box_actions": True}), run=TINY)
-    with pytest.raises(ConfigError, match=r"SAC has no image encoder.*Use A2C, C51, DQN, PPO, QRDQN, REINFORCE"):
+    with pytest.raises(ConfigError, match=r"SAC has no image encoder.*Use A2C, C51, DQN, PPO, PQN, QRDQN, REINFORCE"):
         fit(model)
 
 

@@ -4,14 +4,16 @@ import io
 
 import imageio_ffmpeg
 import lightning as L
+import numpy as np
 import pytest
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rl_lightning import PPO, EnvConfig
+from rl_lightning import PPO, EnvConfig, RecurrentPPO
 from rl_lightning.callbacks import RecordEpisodes
-from rl_lightning.callbacks.video import GifFrames, sample_frames
+from rl_lightning.callbacks.video import GifFrames, record_episode, sample_frames
 from tests.helpers import build, quick_trainer
 
 
@@ -81,7 +83,6 @@ def gif_duration_ms(gif: Image.Image) -> int:
 
 
 def test_gif_frames_stay_bounded_and_keep_the_duration():
-    import numpy as np
 
     gif = GifFrames(max_width=60, max_frames=10)
     for i in range(45):
@@ -90,3 +91,22 @@ def test_gif_frames_stay_bounded_and_keep_the_duration():
     assert [im.getpixel((0, 0))[0] for im in gif.images] == [0, 8, 16, 24, 32, 40]
     image = Image.open(io.BytesIO(gif.encode(fps=50)))
     assert image.size == (60, 20) and image.n_frames == 6 and image.info["duration"] == 160  # 8 frames at 50 fps
+
+
+def test_each_recorded_episode_of_a_recurrent_policy_starts_from_its_first_memory():
+    model = build(RecurrentPPO, env=EnvConfig("CartPole-v1"), hidden_size=8)
+    model.build_for_env()
+    first_memories = []
+    act = model.act_with_memory
+
+    def spy(obs, memory, deterministic=True):
+        first_memories.append(memory.clone())
+        return act(obs, memory, deterministic)
+
+    model.act_with_memory = spy
+    episodes = [record_episode(model, seed=3, max_steps=20) for _ in range(2)]
+    starts = [first_memories[0], first_memories[len(episodes[0].frames) - 1]]  # the first step of each episode
+    assert all(torch.equal(m, torch.zeros_like(m)) for m in starts)
+    assert not torch.equal(first_memories[1], torch.zeros_like(first_memories[1]))  # carried within an episode
+    assert episodes[0].episode_return == episodes[1].episode_return
+    assert np.array_equal(episodes[0].frames, episodes[1].frames)

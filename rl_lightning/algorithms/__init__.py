@@ -5,6 +5,7 @@ from rl_lightning.algorithms.crossq import CrossQ
 from rl_lightning.algorithms.ddpg import DDPG
 from rl_lightning.algorithms.dqn import DQN
 from rl_lightning.algorithms.ppo import PPO
+from rl_lightning.algorithms.pqn import PQN
 from rl_lightning.algorithms.qrdqn import QRDQN
 from rl_lightning.algorithms.recurrent_ppo import RecurrentPPO
 from rl_lightning.algorithms.reinforce import REINFORCE
@@ -18,6 +19,7 @@ __all__ = [
     "DDPG",
     "DQN",
     "PPO",
+    "PQN",
     "QRDQN",
     "REINFORCE",
     "RecurrentPPO",

@@ -287,7 +287,12 @@ class RLModule(L.LightningModule):
 
     def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths."""
+        self.start_episodes()
         return play_episodes(self.act_in_env, self.env_config, seeds, self.device)
+
+    def start_episodes(self) -> None:
+        """Evaluation is about to play new episodes from their first step (``play_episodes``, videos): a
+        policy that carries a memory from call to call forgets it here. Nothing to forget by default."""
 
     def act_in_env(self, obs: Tensor) -> Tensor:
         """The actions evaluation, videos and exported policies play (``evaluation.env_actions``)."""
@@ -330,7 +335,8 @@ def check_spaces(algorithm: type[RLModule], observation_space: gym.Space, action
         others = sorted(c.__name__ for c in _algorithms() if c.image_observations)
         raise ConfigError(
             f"{name} has no image encoder (its networks are MLPs on flat observations), and {env_id!r} observes "
-            f"images ({observation_space}). Use {', '.join(others)} (Nature CNN), or give it flat observations."
+            f"images ({observation_space}). Use {', '.join(others)} (Nature or MinAtar CNN), or give it flat "
+            "observations."
         )
     box = isinstance(action_space, gym.spaces.Box)
     if algorithm.bounded_actions and box and not (len(action_space.shape) == 1 and action_space.is_bounded("both")):

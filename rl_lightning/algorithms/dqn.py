@@ -84,6 +84,13 @@ def dqn_target(
     return rewards + discounts * (1.0 - terminated) * next_v
 
 
+def epsilon_greedy(greedy: Tensor, num_actions: int, epsilon: float | Tensor) -> Tensor:
+    """The ``greedy`` actions, each replaced by a uniformly random one with probability ``epsilon``."""
+    random = torch.randint(num_actions, greedy.shape, device=greedy.device)
+    explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
+    return torch.where(explore, random, greedy)
+
+
 def of_actions(outputs: Tensor, actions: Tensor) -> Tensor:
     """The rows of ``[B, A, ...]`` network outputs that belong to the ``[B]`` actions: ``[B, ...]``."""
     return outputs[torch.arange(actions.shape[0], device=actions.device), actions.long()]
@@ -205,11 +212,7 @@ class DQN(RLModule):
     def forward(self, obs: Tensor, deterministic: bool = True) -> Tensor:
         """Greedy actions, or epsilon-greedy with the current epsilon."""
         greedy = self.q_values(self.q_net(obs)).argmax(-1)
-        if deterministic:
-            return greedy
-        random = torch.randint(int(self.action_space.n), greedy.shape, device=greedy.device)
-        explore = torch.rand(greedy.shape, device=greedy.device) < self.epsilon
-        return torch.where(explore, random, greedy)
+        return greedy if deterministic else epsilon_greedy(greedy, int(self.action_space.n), self.epsilon)
 
     def _explore(self, obs: Tensor) -> Tensor:
         if self.hparams.noisy:

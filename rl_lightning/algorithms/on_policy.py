@@ -1,5 +1,6 @@
-"""What the on-policy actor-critics (PPO, A2C, REINFORCE) share beyond ``RLModule``: module-level
-functions and constants each uses, so no base class stands between them and ``RLModule``."""
+"""What the on-policy algorithms (PPO, A2C, REINFORCE; PQN, which learns from rollouts too) share beyond
+``RLModule``: module-level functions and constants each uses, so no base class stands between them and
+``RLModule``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from torch import Tensor
 
 from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
 from rl_lightning.envs.normalize import normalizers
+from rl_lightning.errors import check
 from rl_lightning.networks.policies import ActorCritic
+from rl_lightning.validation import at_least
 
 ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
 """What PPO, A2C and REINFORCE act in: discrete (categorical), multi-discrete (factored categorical),
@@ -42,6 +45,21 @@ def with_shared_args(cls: type) -> type:
     shared = [name for name in inspect.signature(cls.__init__).parameters if name in SHARED_ARGS]
     cls.__doc__ = doc + "".join(f"\n    {name}: {SHARED_ARGS[name]}" for name in shared if name not in described)
     return cls
+
+
+def rollout_epochs(module: Any, num_steps: int, update_epochs: int, num_minibatches: int) -> None:
+    """For the ``__init__`` of an algorithm that runs ``update_epochs`` passes of ``num_minibatches``
+    minibatches over each rollout (PPO, PQN): sets ``module.env_steps_per_iteration`` (one rollout) and
+    ``module.minibatch_size``, and checks that the minibatches divide the rollout."""
+    module.env_steps_per_iteration = module.env_config.num_envs * num_steps
+    module.minibatch_size = module.env_steps_per_iteration // max(num_minibatches, 1)
+    at_least("update_epochs", update_epochs, 1)
+    at_least("num_minibatches", num_minibatches, 1)
+    check(
+        module.env_steps_per_iteration % num_minibatches == 0,
+        f"num_minibatches={num_minibatches} does not divide the rollout size "
+        f"env.num_envs * num_steps = {module.env_config.num_envs} * {num_steps} = {module.env_steps_per_iteration}.",
+    )
 
 
 def actor_critic_forward(module: Any, obs: Tensor, deterministic: bool = True) -> Tensor:

@@ -34,7 +34,6 @@ from rl_lightning.networks.mlp import Activation
 from rl_lightning.optim import linear_schedule
 from rl_lightning.validation import (
     actor_critic_loss_args,
-    at_least,
     at_least_or,
     on_policy_args,
     positive,
@@ -155,21 +154,13 @@ class PPO(RLModule):
         normalize_reward: bool = False,
     ) -> None:
         super().__init__(env, run)
-        self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
-        self.minibatch_size = self.env_steps_per_iteration // max(num_minibatches, 1)
+        on_policy.rollout_epochs(self, num_steps, update_epochs, num_minibatches)
         on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
         actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
         positive("clip_coef", clip_coef)
         self.clip_coef = clip_coef  # the value of this rollout's update (anneal_clip_coef)
         positive_or_none("target_kl", target_kl)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
-        at_least("update_epochs", update_epochs, 1)
-        at_least("num_minibatches", num_minibatches, 1)
-        check(
-            self.env_steps_per_iteration % num_minibatches == 0,
-            f"num_minibatches={num_minibatches} does not divide the rollout size "
-            f"env.num_envs * num_steps = {self.env_config.num_envs} * {num_steps} = {self.env_steps_per_iteration}.",
-        )
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams

@@ -114,7 +114,14 @@ class RecurrentActorCritic(nn.Module):
 
     def _run(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The memories over ``x`` ``[T, n, features]`` from ``state``, without resets (fused over T):
-        actor outputs, critic outputs ``[T, n, hidden_size]`` and the state after the last step."""
+        actor outputs, critic outputs ``[T, n, hidden_size]`` and the state after the last step.
+
+        Under mixed precision the memories run in float32 (the encoder and MLPs around them do not): the
+        state is carried over thousands of steps, where low-precision rounding would add up, and oneDNN
+        has no bfloat16 LSTM with a float32 state."""
+        if torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                return self._run(x.float(), state.float())
         outputs, states = [], []
         for i, rnn in enumerate(self.memories):
             hx = state[:, i * self.slots : (i + 1) * self.slots].transpose(0, 1).contiguous()  # [slots, n, H]
@@ -334,12 +341,14 @@ class RecurrentPPO(PPO):
         actions, memory = self.act_with_memory(obs, memory)
         return as_env_actions(self, actions), memory
 
-    def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def start_episodes(self) -> None:
         self.eval_memory = None  # each evaluation env's episode starts from zeros
+
+    def play_episodes(self, seeds: list[int]) -> tuple[np.ndarray, np.ndarray]:
         try:
             return super().play_episodes(seeds)
         finally:
-            self.eval_memory = None
+            self.eval_memory = None  # a later forward starts from zeros too, not from evaluation's memory
 
     def export_policy(self, path: Any = None) -> torch.export.ExportedProgram:
         """``(obs, memory) -> (env actions, memory)`` as a ``torch.export`` program; the first memory of

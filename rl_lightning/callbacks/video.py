@@ -51,6 +51,7 @@ def play_rendered(
             fn(frame)
 
     obs = np.asarray(single.reset(seed=seed)[0])[None] if single is not None else envs.reset(seed=[seed])[0]
+    module.start_episodes()  # a recurrent policy starts from its first memory
     render()
     episode_return, length, done = 0.0, 0, False
     while not done and length < max_steps:

@@ -4,8 +4,10 @@ id or a user's ``module:Name``, in a ``SyncVectorEnv`` (``env.vectorization: syn
 
 Each sub-env is made, wrapped (gymnasium's ``RecordEpisodeStatistics`` innermost, so returns are the
 env's own whatever later wrappers do; then the user's ``env.wrappers``) and flattened when its
-observations are not a ``Box``. Atari ids get ``rl_lightning.envs.atari``'s preprocessing. Its steps
-return numpy arrays on the host.
+observations are not a ``Box``. Atari ids get ``rl_lightning.envs.atari``'s preprocessing. MinAtar's ids
+(``MinAtar/Breakout-v1``, ...; Young & Tian 2019) are registered from the ``minatar`` package when first
+asked for; their 10x10 boolean frames get the MinAtar CNN (``networks.encoders``). Its steps return numpy
+arrays on the host.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import difflib
 import functools
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -41,10 +44,13 @@ class GymnasiumBackend(EnvBackend):
         if env_id in gym.envs.registry:
             return
         has_ale = register_ale()  # ale-py's ids exist only once it is imported
+        has_minatar = register_minatar()  # as MinAtar's once registered
         if env_id in gym.envs.registry:
             return
         if env_id.startswith("ALE/") and not has_ale:
             raise ConfigError(f"{env_id!r} needs ale-py: pip install 'rl-lightning[atari]'.")
+        if env_id.startswith(MINATAR_PREFIX) and not has_minatar:
+            raise ConfigError(f"{env_id!r} needs MinAtar: pip install minatar.")
         close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=5, cutoff=0.6)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise ConfigError(
@@ -73,6 +79,27 @@ class GymnasiumBackend(EnvBackend):
             envs.close(terminate=True) if isinstance(envs, gym.vector.AsyncVectorEnv) else envs.close()
 
 
+MINATAR_PREFIX = "MinAtar/"
+
+
+def register_minatar() -> bool:
+    """Register MinAtar's gymnasium ids (``MinAtar/<Game>-v0``: all 6 actions, ``-v1``: the game's minimal
+    action set); False when minatar is not installed."""
+    if any(env_id.startswith(MINATAR_PREFIX) for env_id in gym.envs.registry):
+        return True
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # minatar warns on import that it cannot render without seaborn
+    try:
+        import minatar.gym
+    except ImportError:
+        return False
+    finally:
+        root.setLevel(level)
+    minatar.gym.register_envs()
+    return True
+
+
 def _env_entry_point(env_id: str) -> gym.envs.registration.EnvSpec | str:
     """What ``gym.make`` takes for a ``module:Name`` id: the id itself when importing the module
     registered ``Name``, or a spec whose entry point is the class ``module.Name``."""
@@ -98,6 +125,8 @@ def _make_env(config: EnvConfig, render_mode: str | None, training: bool) -> gym
     if is_atari(config.env_id):
         env = make_atari_env(config.env_id, config.env_kwargs, render_mode, training)
     else:
+        if config.env_id.startswith(MINATAR_PREFIX):
+            register_minatar()  # also in AsyncVectorEnv's worker processes
         # render_mode only when asked: custom envs need not accept it.
         kwargs = config.env_kwargs if render_mode is None else {**config.env_kwargs, "render_mode": render_mode}
         target = _env_entry_point(config.env_id) if ":" in config.env_id else config.env_id

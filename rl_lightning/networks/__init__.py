@@ -1,4 +1,4 @@
-from rl_lightning.networks.cnn import NatureCNN
+from rl_lightning.networks.cnn import MinAtarCNN, NatureCNN
 from rl_lightning.networks.mlp import layer_init, mlp
 from rl_lightning.networks.noisy import NoisyLinear
 from rl_lightning.networks.policies import ActorCritic, CategoricalHead, DiagGaussianHead
@@ -9,6 +9,7 @@ __all__ = [
     "ActorCritic",
     "CategoricalHead",
     "DiagGaussianHead",
+    "MinAtarCNN",
     "NatureCNN",
     "NoisyLinear",
     "QNetwork",

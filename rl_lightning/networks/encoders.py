@@ -1,12 +1,14 @@
 """From an env's observation space to what reads it: the one place that maps spaces to encoders.
 
 - ``Box`` vectors (any shape): flattened, then the algorithm's MLPs.
-- ``Box`` uint8 images (``[C, H, W]``, ``[H, W, C]`` or stacked ``[k, H, W, C]``): the Nature CNN.
+- ``Box`` uint8 or boolean images (``[C, H, W]``, ``[H, W, C]`` or stacked ``[k, H, W, C]``): the Nature
+  CNN, or the MinAtar CNN (one 3x3 convolution) for images smaller than the Nature CNN's 36x36 receptive
+  field (MinAtar's 10x10 frames).
 - ``Discrete``, ``MultiDiscrete``, ``MultiBinary``, ``Dict``, ``Tuple``: the envs flatten them with
   gymnasium's ``FlattenObservation`` (one-hot for discrete parts, parts concatenated in the space's
   order; ``rl_lightning.envs.make``), so storage is one flat tensor; the networks get the structured
   space and read the flat tensor through it. A ``Dict``/``Tuple`` with image parts gets
-  ``MultiInputEncoder``: a Nature CNN per image part, the other parts concatenated after their
+  ``MultiInputEncoder``: a CNN per image part, the other parts concatenated after their
   features (SB3's ``MultiInputPolicy``).
 """
 
@@ -16,7 +18,7 @@ import gymnasium as gym
 import torch
 from torch import Tensor, nn
 
-from rl_lightning.networks.cnn import NatureCNN, is_image_space
+from rl_lightning.networks.cnn import MIN_SIZE, MinAtarCNN, NatureCNN, image_layout, is_image_space
 
 
 def structured_parts(space: gym.Space) -> list[gym.Space]:
@@ -37,27 +39,35 @@ def flat_dim(space: gym.Space) -> int:
     return gym.spaces.flatdim(space)
 
 
-def image_encoder(space: gym.Space, orthogonal_init: bool) -> nn.Module | None:
+def image_cnn(space: gym.spaces.Box, orthogonal_init: bool, layer_norm: bool = False) -> NatureCNN | MinAtarCNN:
+    """The CNN for an image space: the Nature CNN, or the MinAtar CNN for images smaller than it sees."""
+    _, height, width, _ = image_layout(tuple(space.shape))
+    cnn = MinAtarCNN if min(height, width) < MIN_SIZE else NatureCNN
+    return cnn(space, orthogonal_init=orthogonal_init, layer_norm=layer_norm)
+
+
+def image_encoder(space: gym.Space, orthogonal_init: bool, layer_norm: bool = False) -> nn.Module | None:
     """The encoder for observations with images (its ``features_dim`` is its output width), or
-    ``None`` for flat observations."""
+    ``None`` for flat observations. ``layer_norm``: ``LayerNorm`` before each of the CNNs' ReLUs."""
     if is_image_space(space):
-        return NatureCNN(space, orthogonal_init=orthogonal_init)
+        return image_cnn(space, orthogonal_init, layer_norm)
     if has_images(space):
-        return MultiInputEncoder(space, orthogonal_init)
+        return MultiInputEncoder(space, orthogonal_init, layer_norm)
     return None
 
 
 class MultiInputEncoder(nn.Module):
     """``Dict``/``Tuple`` observations with image parts, read from their gymnasium-flattened form: each
-    image part is sliced out, reshaped and encoded by its own Nature CNN; the other parts (already flat,
+    image part is sliced out, reshaped and encoded by its own CNN (``image_cnn``); the other parts (already flat,
     one-hot for discrete ones) are concatenated after the CNN features.
 
     Args:
         observation_space: The structured space (before flattening).
         orthogonal_init: Orthogonal initialization of the CNNs (see ``NatureCNN``).
+        layer_norm: ``LayerNorm`` in the CNNs (see ``NatureCNN``).
     """
 
-    def __init__(self, observation_space: gym.Space, orthogonal_init: bool = False) -> None:
+    def __init__(self, observation_space: gym.Space, orthogonal_init: bool = False, layer_norm: bool = False) -> None:
         super().__init__()
         self.cnns = nn.ModuleList()
         self.parts: list[tuple[int, int, tuple[int, ...] | None]] = []  # (start, width, image shape or None)
@@ -65,7 +75,7 @@ class MultiInputEncoder(nn.Module):
         for part in structured_parts(observation_space):
             width = flat_dim(part)
             if is_image_space(part):
-                self.cnns.append(NatureCNN(part, orthogonal_init=orthogonal_init))
+                self.cnns.append(image_cnn(part, orthogonal_init, layer_norm))
                 self.parts.append((start, width, tuple(part.shape)))
             else:
                 self.parts.append((start, width, None))

@@ -41,6 +41,11 @@ class Float32Linear(nn.Linear):
         return super().forward(x)
 
 
+def norm_layer(layer_norm: bool, shape: int | Sequence[int]) -> list[nn.Module]:
+    """``[LayerNorm(shape)]`` where ``layer_norm``, else ``[]``: what goes between a layer and its activation."""
+    return [nn.LayerNorm(shape)] if layer_norm else []
+
+
 def mlp(
     in_dim: int,
     hidden_sizes: Sequence[int],
@@ -48,6 +53,7 @@ def mlp(
     activation: str = "tanh",
     orthogonal: bool = True,
     out_std: float = 1.0,
+    layer_norm: bool = False,
 ) -> nn.Sequential:
     """``in_dim -> hidden... -> out_dim`` as ``Sequential(Linear, act, ..., Linear)``.
 
@@ -55,14 +61,16 @@ def mlp(
     sqrt(2) and the output layer gain ``out_std``; otherwise PyTorch's default initialization (the
     DQN, SAC and TD3 convention of SB3 and CleanRL). With ``out_dim=None`` the network ends with the
     last hidden activation (a feature extractor). The output layer computes in float32 under mixed
-    precision (``Float32Linear``).
+    precision (``Float32Linear``). With ``layer_norm`` each hidden layer is normalized (``LayerNorm``)
+    before its activation (PQN's Q-network).
     """
     mlp_args(hidden_sizes, activation)
     layers: list[nn.Module] = []
     dim = in_dim
     for size in hidden_sizes:
         linear = nn.Linear(dim, size)
-        layers += [layer_init(linear) if orthogonal else linear, ACTIVATIONS[activation]()]
+        linear = layer_init(linear) if orthogonal else linear
+        layers += [linear, *norm_layer(layer_norm, size), ACTIVATIONS[activation]()]
         dim = size
     if out_dim is not None:
         out = Float32Linear(dim, out_dim)

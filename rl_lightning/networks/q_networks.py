@@ -3,28 +3,38 @@
 (``noisy.py``) and optional distributional outputs (``atoms`` values per action: C51's logits,
 QR-DQN's quantiles).
 
-Initialization is PyTorch's default (as in SB3's and CleanRL's DQN), not the orthogonal one of the
-policy-gradient networks.
+Initialization is PyTorch's default (as in SB3's and CleanRL's DQN) unless ``orthogonal_init`` (CleanRL's
+PQN), and ``layer_norm`` normalizes every hidden layer (PQN).
 """
 
 from __future__ import annotations
+
+import math
 
 import gymnasium as gym
 from torch import Tensor, nn
 
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.encoders import flat_dim, image_encoder
-from rl_lightning.networks.mlp import mlp
+from rl_lightning.networks.mlp import layer_init, mlp
 from rl_lightning.networks.noisy import make_noisy, reset_noise
 
 
 class MLPTorso(nn.Module):
     """Flattened observations through hidden layers (the last activation included)."""
 
-    def __init__(self, observation_space: gym.Space, hidden_sizes: tuple[int, ...], activation: str) -> None:
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        hidden_sizes: tuple[int, ...],
+        activation: str,
+        orthogonal_init: bool = False,
+        layer_norm: bool = False,
+    ) -> None:
         super().__init__()
         dim = flat_dim(observation_space)
-        self.net = nn.Sequential(nn.Flatten(), *mlp(dim, hidden_sizes, activation=activation, orthogonal=False))
+        layers = mlp(dim, hidden_sizes, activation=activation, orthogonal=orthogonal_init, layer_norm=layer_norm)
+        self.net = nn.Sequential(nn.Flatten(), *layers)
         self.features_dim = hidden_sizes[-1] if hidden_sizes else dim
 
     def forward(self, obs: Tensor) -> Tensor:
@@ -32,8 +42,8 @@ class MLPTorso(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """``Q(s, .)`` for every discrete action: a torso (``NatureCNN`` for uint8 images ``[C, H, W]``,
-    an MLP otherwise) and a linear head, or a dueling head (Wang et al. 2016, "Dueling Network
+    """``Q(s, .)`` for every discrete action: a torso (the image CNN of ``encoders.image_encoder`` for
+    images, an MLP otherwise) and a linear head, or a dueling head (Wang et al. 2016, "Dueling Network
     Architectures for Deep Reinforcement Learning"):
 
         Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')
@@ -53,6 +63,9 @@ class QNetwork(nn.Module):
         dueling: Use the dueling head.
         noisy: Use factorized Gaussian noisy linear layers.
         atoms: Outputs per action (1: ``[..., A]`` Q-values).
+        orthogonal_init: Orthogonal weights of gain sqrt(2), zero biases, in every layer, the heads
+            included (CleanRL's PQN); otherwise PyTorch's default.
+        layer_norm: ``LayerNorm`` before every hidden activation, the torso's convolutions included (PQN).
     """
 
     def __init__(
@@ -64,19 +77,25 @@ class QNetwork(nn.Module):
         dueling: bool = False,
         noisy: bool = False,
         atoms: int = 1,
+        orthogonal_init: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(f"QNetwork needs a Discrete action space, got {action_space}.")
         n = int(action_space.n)
-        self.torso: nn.Module = image_encoder(observation_space, orthogonal_init=False) or MLPTorso(
-            observation_space, tuple(hidden_sizes), activation
+        self.torso: nn.Module = image_encoder(observation_space, orthogonal_init, layer_norm) or MLPTorso(
+            observation_space, tuple(hidden_sizes), activation, orthogonal_init, layer_norm
         )
         dim = self.torso.features_dim
         self.dueling = dueling
         self.atoms = atoms
         self.head = nn.Linear(dim, n * atoms)  # the advantage stream when dueling
         self.value = nn.Linear(dim, atoms) if dueling else None
+        if orthogonal_init:
+            for head in (self.head, self.value):
+                if head is not None:
+                    layer_init(head, std=math.sqrt(2))
         if noisy:
             make_noisy(self)
 
