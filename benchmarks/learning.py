@@ -6,7 +6,7 @@
     python benchmarks/learning.py --configs ppo/hopper,ppo/halfcheetah,ppo/walker2d --plot curves.png
     python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
-    python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO on CartPole without velocities
+    python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO without velocities, RepeatFirst
     python benchmarks/learning.py --configs minatar --seeds 0 --jobs 1  # DQN and PQN on MinAtar Breakout
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
@@ -77,12 +77,17 @@ EXPLORATION: dict[str, float] = {
     "td3/mountaincarcontinuous": 90,
 }
 # Partial observability: classic control without velocities (the zoo's "NoVel" envs); a memory needs to
-# infer them, stateless PPO beside it on the same settings stays far below. Thresholds: gymnasium's (475),
-# PPO's on Pendulum with velocities (-250).
+# infer them, stateless PPO beside it on the same settings stays far below (on Pendulum a 4-frame stack is
+# the stateless baseline). Thresholds: gymnasium's (475), PPO's on Pendulum with velocities (-250).
 MEMORY: dict[str, float] = {
     "recurrent_ppo/cartpole_novel": 475,
     "ppo/cartpole_novel": 475,
     "recurrent_ppo/pendulum_novel": -250,  # PPO's Pendulum threshold (with velocities)
+    "ppo/pendulum_novel_stack4": -250,
+    # POPGym's RepeatFirstEasy (`memory` extra): the first card's suit asked for at each of 51 steps; episode
+    # return 1.0 at most, -0.5 without a memory. Threshold: 0.9 (the suit right at 49 of the 51 steps).
+    "recurrent_ppo/repeat_first": 0.9,
+    "ppo/repeat_first": 0.9,
 }
 # MinAtar (Young & Tian 2019; the `minatar` package): threshold 10, where the paper's DQN Breakout curve levels
 # off (its README's learning curves: ~10 from 1M of its 5M frames on; training returns, 30 seeds).

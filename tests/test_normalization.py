@@ -83,3 +83,47 @@ def test_statistics_survive_a_checkpoint_and_are_frozen_in_evaluation(tmp_path):
     quick_trainer().validate(loaded)  # evaluation episodes do not touch the statistics
     for k, v in stats.items():
         torch.testing.assert_close(loaded.state_dict()[k], v, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", "torch"])
+def test_statistics_take_in_every_step_as_vecnormalize(backend):
+    """SB3's ``VecNormalize``: each observation the env returns joins the statistics before the policy sees
+    it, normalized by them, and each reward is scaled by the return statistics of its own step (the
+    discounted return so far joins them first); not once per rollout, which would leave the first
+    rollout's observations raw."""
+    model = build(
+        PPO,
+        env=EnvConfig("CartPole-v1", num_envs=3, seed=0, backend=backend),
+        num_steps=40,
+        num_minibatches=1,
+        gamma=0.9,
+        normalize_obs=True,
+        normalize_reward=True,
+    )
+    model.trainer = quick_trainer()
+    model.setup("fit")
+    seen = []  # what the env returned, raw
+    try:
+        step = model.envs.step
+
+        def recording_step(actions):
+            out = step(actions)
+            seen.append([torch.as_tensor(np.asarray(x) if not torch.is_tensor(x) else x).clone() for x in out[:4]])
+            return out
+
+        model.envs.step = recording_step
+        rollout = model.collect_rollout(model.agent)
+    finally:
+        model.teardown("fit")
+    obs_stats, return_stats = RunningMeanStd((4,)), RunningMeanStd(())
+    running = torch.zeros(3)
+    for t, (next_obs, rewards, terminated, truncated) in enumerate(seen):
+        obs_stats.update(next_obs.float())
+        if t + 1 < len(seen):
+            torch.testing.assert_close(rollout.obs[t + 1], obs_stats.normalize(next_obs), rtol=0, atol=1e-5)
+        running = running * 0.9 + rewards.float()
+        return_stats.update(running)
+        torch.testing.assert_close(rollout.rewards[t], return_stats.scale(rewards), rtol=0, atol=1e-5)
+        running[terminated | truncated] = 0.0
+    assert (terminated | truncated).any() or any((s[2] | s[3]).any() for s in seen), "episodes must end"
+    torch.testing.assert_close(model.obs_rms.mean, obs_stats.mean)

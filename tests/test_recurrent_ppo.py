@@ -1,6 +1,6 @@
 """RecurrentPPO: memories reset at episode starts, sequence minibatches replay collection exactly, exact
-resume, exported ``(obs, memory) -> (actions, memory)`` programs, evaluation memories, refusals; and the
-MaskVelocity wrapper."""
+resume, exported ``(obs, memory) -> (actions, memory)`` programs, evaluation memories, refusals; the
+MaskVelocity wrapper; and the envs of the memory configs (POPGym's RepeatFirst, Pendulum with a frame stack)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from rl_lightning import PPO, EnvConfig, RecurrentPPO
 from rl_lightning.algorithms.recurrent_ppo import RecurrentActorCritic, reset_where
@@ -16,7 +17,7 @@ from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.envs.make import make_vector_env
 from rl_lightning.envs.wrappers import MaskVelocity
 from rl_lightning.errors import ConfigError
-from tests.helpers import build, quick_trainer
+from tests.helpers import ROOT, build, quick_trainer
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
@@ -224,4 +225,48 @@ def test_mask_velocity_from_a_config():
     obs, _ = envs.reset(seed=0)
     obs, *_ = envs.step(np.array([1, 1]))
     assert (obs[:, [1, 3]] == 0).all()
+    envs.close()
+
+
+def config_env(name: str) -> gym.vector.VectorEnv:
+    """The vector env of ``configs/<name>.yaml`` (its ``env`` section, as the CLI builds it)."""
+    env = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())["model"]["init_args"]["env"]
+    return make_vector_env(EnvConfig(**env))
+
+
+def test_repeat_first_pays_a_memory_of_the_first_card_and_chance_without_one():
+    """POPGym's RepeatFirstEasy as configs/{recurrent_ppo,ppo}/repeat_first.yaml build it: remembering the
+    first observation of each episode scores 1.0 (the maximum), guessing scores about -0.5 (chance)."""
+    pytest.importorskip("popgym", reason="POPGym configs need the memory extra")
+    assert (
+        yaml.safe_load((ROOT / "configs/ppo/repeat_first.yaml").read_text())["model"]["init_args"]["env"]
+        == (yaml.safe_load((ROOT / "configs/recurrent_ppo/repeat_first.yaml").read_text())["model"]["init_args"]["env"])
+    )
+    envs = config_env("recurrent_ppo/repeat_first")
+    n = envs.num_envs
+    assert envs.single_observation_space.shape == (4,)  # the suit, one-hot
+    rng = np.random.default_rng(0)
+    for policy, expected, tolerance in (("memory", 1.0, 1e-6), ("guess", -0.5, 0.1)):
+        obs, _ = envs.reset(seed=0)
+        first = obs.argmax(1)
+        returns, done = np.zeros(n), np.zeros(n, dtype=bool)
+        while not done.all():
+            actions = first if policy == "memory" else rng.integers(0, 4, n)
+            obs, rewards, terminated, truncated, _ = envs.step(actions)
+            returns += np.where(done, 0.0, rewards)
+            done |= terminated | truncated
+        assert abs(returns.mean() - expected) < tolerance, (policy, returns.mean())
+    envs.close()
+
+
+def test_pendulum_frame_stack_config_stacks_the_last_four_masked_observations():
+    envs = config_env("ppo/pendulum_novel_stack4")
+    assert envs.single_observation_space.shape == (4, 3)
+    obs, _ = envs.reset(seed=0)
+    np.testing.assert_array_equal(obs[:, 0], obs[:, 3])  # a new episode's stack: its first observation 4 times
+    for _ in range(5):
+        previous = obs
+        obs, *_ = envs.step(np.zeros((envs.num_envs, 1), np.float32))
+    np.testing.assert_array_equal(obs[:, :3], previous[:, 1:])  # shifted by one step, oldest first
+    assert (obs[..., 2] == 0).all() and (obs[..., :2] != 0).any()  # the angular velocity zeroed everywhere
     envs.close()

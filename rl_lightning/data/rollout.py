@@ -181,11 +181,14 @@ class RolloutCollector:
     and the two steps that need a host sync (bootstrapping truncated episodes, gathering episode
     statistics) run once per rollout instead of once per step.
 
-    Normalization (optional, statistics owned by the module, see ``envs/normalize.py``): the policy
-    sees observations normalized with the statistics as they were at the start of the rollout, and
-    both statistics are updated once, at its end, with all of its raw observations and discounted
-    returns. Within a rollout the normalization is therefore fixed, so the stored observations and
-    log-probabilities agree exactly with what the policy acted on.
+    Normalization (optional, statistics owned by the module, see ``envs/normalize.py``), as SB3's
+    ``VecNormalize``: at every vector step the observation statistics take in the observations the env
+    returns and the return statistics each sub-env's discounted return; each observation is normalized
+    as it arrives, with the statistics that include it, and stored normalized (so the stored
+    observations and log-probabilities are exactly what the policy acted on), and each reward is
+    scaled by the return's standard deviation at its step. (Updating once per rollout instead starts
+    every run with a rollout of raw observations; sb3-contrib's RecurrentPPO held CartPole without
+    velocities where ours, so updated, lost it: ``docs/benchmarks.md``, "Memory".)
 
     Args:
         envs: This rank's vector env (SAME_STEP autoreset).
@@ -244,14 +247,13 @@ class RolloutCollector:
             self.ended_returns = torch.zeros((num_steps, n), device=device)
             self.ended_lengths = torch.zeros((num_steps, n), dtype=torch.int32, device=device)
             self.running_return = torch.zeros(n, device=device)
-            self.discounted_returns = torch.zeros((num_steps, n), device=device)
         else:
             self.rewards = np.zeros((num_steps, n), dtype=np.float32)
             self.terminated = np.zeros((num_steps, n), dtype=bool)
             self.truncated = np.zeros((num_steps, n), dtype=bool)
             # Discounted return of each sub-env's running episode, for reward scaling (reset on done).
             self.running_return = np.zeros(n, dtype=np.float32)
-            self.discounted_returns = np.zeros((num_steps, n), dtype=np.float32)
+            self.scaled_rewards = torch.zeros((num_steps, n), device=device)
         self.episodes = EpisodeLog()
         obs, _ = envs.reset(seed=seed)
         self.next_obs = self._obs_to_tensor(obs).clone()  # its own storage, updated in place on a device
@@ -262,6 +264,11 @@ class RolloutCollector:
 
     def _policy_obs(self, raw: Tensor) -> Tensor:
         return raw if self.obs_rms is None else self.obs_rms.normalize(raw)
+
+    def _scaled_rewards(self, rewards: Tensor, running_return: Tensor) -> Tensor:
+        """One step's rewards scaled by the return statistics updated with the sub-envs' discounted returns."""
+        self.return_rms.update(running_return)
+        return self.return_rms.scale(rewards)
 
     @torch.no_grad()
     def rollout(self, policy: Policy) -> Rollout:
@@ -275,14 +282,16 @@ class RolloutCollector:
         else:
             after_step = getattr(policy, "after_step", None)  # a policy with memory (see Policy)
             for t in range(self.num_steps):
-                obs = self.next_obs  # raw; stored raw, normalized for the policy
-                actions, logprobs, values = policy.act(self._policy_obs(obs))
+                obs = self._policy_obs(self.next_obs)  # stored as the policy sees it
+                actions, logprobs, values = policy.act(obs)
                 self.obs[t] = obs
                 self.actions[t] = actions
                 self.logprobs[t] = logprobs
                 self.values[t] = values
                 next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
                 self.next_obs = self._obs_to_tensor(next_obs)
+                if self.obs_rms is not None:
+                    self.obs_rms.update(self.next_obs)
                 self.rewards[t] = rewards
                 self.terminated[t] = terminated
                 self.truncated[t] = truncated
@@ -290,7 +299,10 @@ class RolloutCollector:
                     after_step(terminated, truncated)
                 if self.return_rms is not None:
                     self.running_return = self.running_return * self.gamma + rewards
-                    self.discounted_returns[t] = self.running_return
+                    self.scaled_rewards[t] = self._scaled_rewards(
+                        torch.as_tensor(rewards, device=self.device),
+                        torch.as_tensor(self.running_return, device=self.device),
+                    )
                     self.running_return[terminated | truncated] = 0.0
                 if truncated.any():
                     # Bootstrap a time-limit cut from V(final observation): the episode did not end.
@@ -302,15 +314,12 @@ class RolloutCollector:
 
         truncated_t = torch.as_tensor(self.truncated, device=self.device)
         next_values = torch.cat([self.values[1:], policy.value(self._policy_obs(self.next_obs)).unsqueeze(0)])
-        obs = self._policy_obs(self.obs)
-        rewards = torch.as_tensor(self.rewards, device=self.device)
-        if self.return_rms is not None:
-            self.return_rms.update(torch.as_tensor(self.discounted_returns, device=self.device).flatten())
-            rewards = self.return_rms.scale(rewards)
-        if self.obs_rms is not None:
-            self.obs_rms.update(self.obs.flatten(0, 1))  # after normalizing this rollout's obs
+        if self.return_rms is None:
+            rewards = torch.as_tensor(self.rewards, device=self.device)
+        else:
+            rewards = self.rewards if self.on_device else self.scaled_rewards
         return Rollout(
-            obs=obs,
+            obs=self.obs,
             actions=self.actions,
             logprobs=self.logprobs,
             values=self.values,
@@ -336,10 +345,16 @@ class RolloutCollector:
         the storage: no host sync and no new storage, so that it can run as one CUDA graph. Torch envs
         return the final observations and episode statistics on every step; they are masked out (and
         bootstrapped) after the rollout."""
-        obs = self.next_obs  # raw; stored raw, normalized for the policy
-        actions, logprobs, values = policy.act(self._policy_obs(obs))
+        obs = self._policy_obs(self.next_obs)  # stored as the policy sees it
+        actions, logprobs, values = policy.act(obs)
         next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
         ended, ended_returns, ended_lengths = episode_stats(infos)
+        if self.obs_rms is not None:
+            self.obs_rms.update(next_obs)
+        if self.return_rms is not None:
+            self.running_return.mul_(self.gamma).add_(rewards)
+            rewards = self._scaled_rewards(rewards, self.running_return)
+            self.running_return.masked_fill_(terminated | truncated, 0.0)
         for storage, x in (
             (self.obs, obs),
             (self.actions, actions),
@@ -348,24 +363,20 @@ class RolloutCollector:
             (self.rewards, rewards),
             (self.terminated, terminated),
             (self.truncated, truncated),
-            (self.final_obs, infos["final_obs"]),
+            (self.final_obs, self._policy_obs(infos["final_obs"])),
             (self.ended, ended),
             (self.ended_returns, ended_returns),
             (self.ended_lengths, ended_lengths),
         ):
             storage.index_copy_(0, row, x.unsqueeze(0).to(storage.dtype))
         self.next_obs.copy_(next_obs)
-        if self.return_rms is not None:
-            self.running_return.mul_(self.gamma).add_(rewards)
-            self.discounted_returns.index_copy_(0, row, self.running_return.unsqueeze(0))
-            self.running_return.masked_fill_(terminated | truncated, 0.0)
         return row
 
     def _finish_on_device(self, policy: Policy) -> None:
         """Once per rollout: V(final observation) of the truncated steps, and the ended episodes'
         statistics to the host (the rollout's only two device syncs)."""
         truncated = self.truncated.nonzero(as_tuple=True)
-        final_obs = self._policy_obs(self.final_obs[truncated])
+        final_obs = self.final_obs[truncated]  # normalized at their step
         self.final_values[truncated] = values_at(policy, final_obs, truncated[1], self.envs.num_envs)
         ended = self.ended.nonzero(as_tuple=True)
         # One copy for returns, lengths and sub-envs (float64 holds all three exactly).
