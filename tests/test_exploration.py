@@ -141,6 +141,32 @@ def test_gsde_log_prob_is_the_squashed_gaussian_with_the_state_dependent_std():
     assert actor.head.log_std.grad is not None and actor.head.log_std.grad.abs().sum() > 0
 
 
+def test_sac_gsde_learns_its_features_through_the_std_and_the_noise():
+    # SB3's SAC (and sb3-contrib's TQC, CrossQ) build gSDE with learn_features=True: the state-dependent
+    # std and the noise pass gradients into the actor's trunk. With the mean's path cut off, only they
+    # reach it.
+    torch.manual_seed(0)
+    actor = GSDEActor(obs_dim=3, act_dim=2, hidden_sizes=(8,), log_std_init=-1.0)
+    actor.head.linear.requires_grad_(False)
+    obs = torch.randn(4, 3)
+    _, log_std, _ = actor(obs)
+    first_layer = next(actor.trunk.parameters())
+    (grad_of_std,) = torch.autograd.grad(log_std.sum(), first_layer)
+    assert grad_of_std.abs().sum() > 0
+    actions, _ = actor.sample(obs)
+    (grad_of_noise,) = torch.autograd.grad(actions.sum(), first_layer)
+    assert grad_of_noise.abs().sum() > 0
+
+
+def test_ppo_gsde_head_keeps_its_features_detached():
+    # SB3's PPO builds gSDE with learn_features=False: the std is a function of the features, not of
+    # what made them.
+    head = GSDEHead(in_dim=4, action_dim=2, log_std_init=-1.0, orthogonal=False)
+    features = torch.randn(5, 4, requires_grad=True)
+    _, log_std, _ = head(features)
+    assert not log_std.requires_grad or torch.autograd.grad(log_std.sum(), features, allow_unused=True)[0] is None
+
+
 def test_sac_with_gsde_trains_and_restores_from_a_checkpoint(tmp_path):
     model = tiny_sac(use_sde=True, log_std_init=-2.0, sde_sample_freq=8)
     quick_trainer(callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)], enable_checkpointing=True).fit(model)
