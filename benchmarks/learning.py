@@ -7,6 +7,7 @@
     python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
     python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO on CartPole without velocities
+    python benchmarks/learning.py --configs tqc/pendulum,crossq/pendulum --jobs 1   # group: tqc_crossq
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
 
@@ -82,8 +83,25 @@ MEMORY: dict[str, float] = {
     "ppo/cartpole_novel": 475,
     "recurrent_ppo/pendulum_novel": -250,  # PPO's Pendulum threshold (with velocities)
 }
-THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY}
-GROUPS = {"classic": CLASSIC, "users": USERS, "mujoco": MUJOCO, "exploration": EXPLORATION, "memory": MEMORY}
+# TQC and CrossQ (sb3-contrib's) at the SB3 zoo's budgets; thresholds: SAC's on Pendulum, gymnasium's for
+# MountainCarContinuous (90) and LunarLanderContinuous (200). `box2d` extra for LunarLander.
+TQC_CROSSQ: dict[str, float] = {
+    "tqc/pendulum": -200,
+    "crossq/pendulum": -200,
+    "tqc/mountaincarcontinuous": 90,
+    "crossq/mountaincarcontinuous": 90,
+    "tqc/lunarlandercontinuous": 200,
+    "crossq/lunarlandercontinuous": 200,
+}
+THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY, **TQC_CROSSQ}
+GROUPS = {
+    "classic": CLASSIC,
+    "users": USERS,
+    "mujoco": MUJOCO,
+    "exploration": EXPLORATION,
+    "memory": MEMORY,
+    "tqc_crossq": TQC_CROSSQ,
+}
 # Published learning curves (returns along the way, not only at 1M) for the MuJoCo configs: the zoo's own
 # evaluation logs and the TD3 paper's 10 seeds; where each comes from is in the file's "sources".
 REFERENCE_CURVES: dict[str, list[dict[str, Any]]] = json.loads(
