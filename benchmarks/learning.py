@@ -8,6 +8,7 @@
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
     python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO without velocities, RepeatFirst
     python benchmarks/learning.py --configs minatar --seeds 0 --jobs 1  # DQN and PQN on MinAtar Breakout
+    python benchmarks/learning.py --configs tqc/pendulum,crossq/pendulum --jobs 1   # group: tqc_crossq
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
 
@@ -95,7 +96,17 @@ MINATAR: dict[str, float] = {
     "dqn/minatar_breakout": 10,
     "pqn/minatar_breakout": 10,
 }
-THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY, **MINATAR}
+# TQC and CrossQ (sb3-contrib's) at the SB3 zoo's budgets; thresholds: SAC's on Pendulum, gymnasium's for
+# MountainCarContinuous (90) and LunarLanderContinuous (200). `box2d` extra for LunarLander.
+TQC_CROSSQ: dict[str, float] = {
+    "tqc/pendulum": -200,
+    "crossq/pendulum": -200,
+    "tqc/mountaincarcontinuous": 90,
+    "crossq/mountaincarcontinuous": 90,
+    "tqc/lunarlandercontinuous": 200,
+    "crossq/lunarlandercontinuous": 200,
+}
+THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY, **MINATAR, **TQC_CROSSQ}
 GROUPS = {
     "classic": CLASSIC,
     "users": USERS,
@@ -103,6 +114,7 @@ GROUPS = {
     "exploration": EXPLORATION,
     "memory": MEMORY,
     "minatar": MINATAR,
+    "tqc_crossq": TQC_CROSSQ,
 }
 # Published learning curves (returns along the way, not only at 1M) for the MuJoCo configs: the zoo's own
 # evaluation logs and the TD3 paper's 10 seeds; where each comes from is in the file's "sources".

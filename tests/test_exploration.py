@@ -141,6 +141,59 @@ def test_gsde_log_prob_is_the_squashed_gaussian_with_the_state_dependent_std():
     assert actor.head.log_std.grad is not None and actor.head.log_std.grad.abs().sum() > 0
 
 
+def test_sac_gsde_learns_its_features_through_the_std_and_the_noise():
+    # SB3's SAC (and sb3-contrib's TQC, CrossQ) build gSDE with learn_features=True: the state-dependent
+    # std and the noise pass gradients into the actor's trunk. With the mean's path cut off, only they
+    # reach it.
+    torch.manual_seed(0)
+    actor = GSDEActor(obs_dim=3, act_dim=2, hidden_sizes=(8,), log_std_init=-1.0)
+    actor.head.linear.requires_grad_(False)
+    obs = torch.randn(4, 3)
+    _, log_std, _ = actor(obs)
+    first_layer = next(actor.trunk.parameters())
+    (grad_of_std,) = torch.autograd.grad(log_std.sum(), first_layer)
+    assert grad_of_std.abs().sum() > 0
+    actions, _ = actor.sample(obs)
+    (grad_of_noise,) = torch.autograd.grad(actions.sum(), first_layer)
+    assert grad_of_noise.abs().sum() > 0
+
+
+def test_sac_gsde_actor_matches_sb3s_in_actions_stds_and_their_gradients():
+    sb3 = pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3)")
+    torch.manual_seed(0)
+    reference = sb3.SAC(
+        "MlpPolicy", "Pendulum-v1", use_sde=True, policy_kwargs={"net_arch": [8, 8], "log_std_init": -1.0}
+    ).actor
+    actor = GSDEActor(obs_dim=3, act_dim=1, hidden_sizes=(8, 8), log_std_init=-1.0)
+    names = ["trunk.0.weight", "trunk.0.bias", "trunk.2.weight", "trunk.2.bias", "head.linear.weight"]
+    ref = reference.state_dict()
+    ref_names = ["latent_pi.0.weight", "latent_pi.0.bias", "latent_pi.2.weight", "latent_pi.2.bias", "mu.0.weight"]
+    state = {name: ref[ref_name] for name, ref_name in zip(names, ref_names, strict=True)}
+    actor.load_state_dict({**state, "head.linear.bias": ref["mu.0.bias"], "head.log_std": ref["log_std"]})
+    obs = torch.randn(5, 3)
+    actor.reset_noise()
+    reference.action_dist.exploration_mat = (actor.head.log_std.exp() * actor.head.eps[0]).detach()
+
+    mean, log_std, latent = reference.get_action_dist_params(obs)
+    dist = reference.action_dist.proba_distribution(mean, log_std, **latent)
+    ref_out = dist.sample().sum() + dist.distribution.stddev.sum()
+    actions, _ = actor.sample(obs)
+    out = actions.sum() + actor(obs)[1].exp().sum()
+    assert torch.allclose(out, ref_out, atol=1e-5)
+    (grad,) = torch.autograd.grad(out, actor.trunk[0].weight)
+    (ref_grad,) = torch.autograd.grad(ref_out, reference.latent_pi[0].weight)
+    assert torch.allclose(grad, ref_grad, atol=1e-5)  # detached features miss the std's and the noise's part
+
+
+def test_ppo_gsde_head_keeps_its_features_detached():
+    # SB3's PPO builds gSDE with learn_features=False: the std is a function of the features, not of
+    # what made them.
+    head = GSDEHead(in_dim=4, action_dim=2, log_std_init=-1.0, orthogonal=False)
+    features = torch.randn(5, 4, requires_grad=True)
+    _, log_std, _ = head(features)
+    assert not log_std.requires_grad or torch.autograd.grad(log_std.sum(), features, allow_unused=True)[0] is None
+
+
 def test_sac_with_gsde_trains_and_restores_from_a_checkpoint(tmp_path):
     model = tiny_sac(use_sde=True, log_std_init=-2.0, sde_sample_freq=8)
     quick_trainer(callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)], enable_checkpointing=True).fit(model)

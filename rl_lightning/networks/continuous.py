@@ -103,8 +103,9 @@ class GSDEActor(nn.Module):
     Exploration for Robotic Reinforcement Learning", CoRL): the exploration noise is a linear function
     of the actor's last hidden features, ``noise = h(s) W`` (``GSDEHead``), with ``W`` drawn anew only
     now and then (``reset_noise``), so actions stay consistent across nearby states instead of
-    jittering each step: what sparse-reward tasks like MountainCarContinuous need. As in SB3 the mean
-    is clipped to [-2, 2] before the tanh.
+    jittering each step: what sparse-reward tasks like MountainCarContinuous need. As in SB3's SAC the
+    mean is clipped to [-2, 2] before the tanh, and the features are learned through the std and the
+    noise too (``learn_features``), not only through the mean.
     """
 
     def __init__(
@@ -118,14 +119,14 @@ class GSDEActor(nn.Module):
     ) -> None:
         super().__init__()
         self.trunk, dim = actor_trunk(obs_dim, hidden_sizes, activation, norm)
-        self.head = GSDEHead(dim, act_dim, log_std_init, orthogonal=False)
+        self.head = GSDEHead(dim, act_dim, log_std_init, orthogonal=False, learn_features=True)
 
     def reset_noise(self, n: int = 1) -> None:
         """Draw ``n`` exploration matrices: one per sub-env for collection, one for a gradient step."""
         self.head.reset_noise(n)
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(clipped mean, per-state log-std, detached features)``."""
+        """``(clipped mean, per-state log-std, features)``."""
         mean, log_std, h = self.head(self.trunk(obs.flatten(1).float()).float())
         return mean.float().clamp(-2.0, 2.0), log_std, h
 

@@ -176,16 +176,27 @@ class GSDEHead(DiagGaussianHead):
     The exploration noise is a linear function of the policy's features, ``noise = h(s) W``, with one
     matrix ``W ~ N(0, exp(log_std)^2)`` per sub-env drawn at the start of each rollout (and every
     ``sample_freq`` samples): nearby states get consistent pushes instead of independent jitter. The
-    Gaussian the loss sees has the per-state std ``sqrt(h^2 @ exp(log_std)^2)`` (features detached,
-    ``log_std`` a ``[features, actions]`` parameter). Returns ``(mean, log_std(s), features)``.
+    Gaussian the loss sees has the per-state std ``sqrt(h^2 @ exp(log_std)^2)`` (``log_std`` a
+    ``[features, actions]`` parameter). Returns ``(mean, log_std(s), features)``.
+
+    ``learn_features``: whether the std and the noise pass gradients into the features ``h`` (SB3's
+    name). SB3's PPO detaches them (False, the default); its SAC, and sb3-contrib's TQC and CrossQ,
+    learn them (True, ``GSDEActor``): the entropy term then also shapes the features the noise scales.
     """
 
     def __init__(
-        self, in_dim: int, action_dim: int, log_std_init: float = 0.0, orthogonal: bool = True, sample_freq: int = -1
+        self,
+        in_dim: int,
+        action_dim: int,
+        log_std_init: float = 0.0,
+        orthogonal: bool = True,
+        sample_freq: int = -1,
+        learn_features: bool = False,
     ) -> None:
         super().__init__(in_dim, action_dim, log_std_init, orthogonal)
         self.log_std = nn.Parameter(torch.full((in_dim, action_dim), log_std_init))
         self.sample_freq = sample_freq
+        self.learn_features = learn_features
         self.register_buffer("eps", torch.zeros(1, in_dim, action_dim), persistent=False)
         self.reset_noise()
 
@@ -196,7 +207,7 @@ class GSDEHead(DiagGaussianHead):
 
     def forward(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         mean = self.linear(features)
-        h = features.detach().float()
+        h = (features if self.learn_features else features.detach()).float()
         variance = h.pow(2) @ self.log_std.exp().pow(2)
         return mean, 0.5 * torch.log(variance + 1e-6), h
 
