@@ -79,6 +79,8 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
     if "popgym" in config.read_text():
         pytest.importorskip("popgym", reason="POPGym configs need the memory extra")
+    if "MinAtar/" in config.read_text():
+        pytest.importorskip("minatar", reason="MinAtar configs need the minatar extra")
     model = yaml.safe_load(config.read_text())["model"]
     algorithm = getattr(rl_lightning, model["class_path"].rsplit(".", 1)[1])
     # Off-policy configs (an algorithm with a replay): a warm-up that fits the tiny budget (learning_starts >
