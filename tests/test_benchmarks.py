@@ -43,7 +43,7 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
     spec = {
         "config": "configs/dqn/atari.yaml",
         "accelerator": "cpu",
-        "model": {"total_env_steps": 400, "learning_starts": 100, "buffer_size": 1_000, "train_freq": 1},
+        "model": {"total_env_steps": 200, "learning_starts": 100, "buffer_size": 1_000, "train_freq": 1},
         "max_time_s": 600,  # the Trainer's max_time (gpu.py's Pong section runs for the time it has)
     }
     threads = torch.get_num_threads()
@@ -51,7 +51,7 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
         r = load_gpu_script().fit_worker(spec)  # common.fit_worker, as gpu.py imports it
     finally:
         torch.set_num_threads(threads)  # the worker sets 1 (it is meant for a fresh process)
-    assert r["env_steps"] == 400 and r["grad_steps"] == 300  # one per env step after the random fill
+    assert r["env_steps"] == 200 and r["grad_steps"] == 100  # one per env step after the random fill
     assert r["env_steps_per_s"] > 0 and r["grad_steps_per_s"] > 0
     assert isinstance(r["curve"], list)  # [env steps, training return] per logged step
 

@@ -17,6 +17,7 @@ from rl_lightning import A2C, PPO, EnvConfig, RecurrentPPO
 from rl_lightning.algorithms.base import report_diverged_members
 from rl_lightning.algorithms.ppo import PPOLoss
 from rl_lightning.callbacks import LastCheckpoint, RecordEpisodes
+from rl_lightning.cli import main
 from rl_lightning.errors import ConfigError, DivergenceError
 from rl_lightning.networks.policies import ActorCritic
 from rl_lightning.networks.population import (
@@ -29,7 +30,7 @@ from rl_lightning.networks.population import (
     step_members,
 )
 from rl_lightning.optim import make_adam
-from tests.helpers import ROOT, TINY_RUN, build, cli, quick_trainer
+from tests.helpers import ROOT, TINY_RUN, build, quick_trainer
 
 OBS, ACT = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
 
@@ -321,38 +322,21 @@ def test_algorithms_without_populations_refuse_them_naming_those_with():
         build(RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=2), population=2)
 
 
-def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path):
-    ok = cli(
-        "fit",
-        "--config",
-        str(ROOT / "configs/ppo/cartpole.yaml"),
-        "--model.run.population",
-        "2",
-        *TINY_RUN,
-        cwd=tmp_path,
-    )
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    bad = cli(
-        "fit",
-        "--config",
-        str(ROOT / "configs/ppo/cartpole.yaml"),
-        "--model.run.population",
-        "0",
-        *TINY_RUN,
-        cwd=tmp_path,
-    )
-    assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1] == "rl-lightning: error: run.population must be >= 1, got 0."
-    dqn = cli(
-        "fit",
-        "--config",
-        str(ROOT / "configs/dqn/cartpole.yaml"),
-        "--model.run.population",
-        "2",
-        *TINY_RUN,
-        cwd=tmp_path,
-    )
-    assert dqn.returncode == 2 and "DQN does not train populations" in dqn.stderr, dqn.stderr[-2000:]
+def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path, monkeypatch, capsys):
+    # In this process (the CLI's own main, as the console script runs it): a subprocess each paid ~5 s of imports.
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--model.run.population", "2", *TINY_RUN])
+    (last,) = tmp_path.glob("runs/*/version_0/checkpoints/last.ckpt")
+    assert torch.load(last, weights_only=True)["state_dict"]["agent.members.critic.0.weight"].shape[0] == 2
+    for config, population, message in (
+        ("ppo/cartpole", "0", "rl-lightning: error: run.population must be >= 1, got 0."),
+        ("dqn/cartpole", "2", "DQN does not train populations"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            main(["fit", "--config", str(ROOT / f"configs/{config}.yaml"), "--model.run.population", population, *TINY_RUN])
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_a2c_members_update_as_their_single_runs_with_rmsprop_and_a_masked_member_keeps_its_state():
