@@ -73,7 +73,14 @@ def needs_mujoco(config: Path) -> bool:
     return any(name in config.read_text() for name in ("HalfCheetah", "Hopper", "Walker2d", "Ant-", "Humanoid"))
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=[f"{c.parent.name}/{c.stem}" for c in CONFIGS])
+def twin(config: Path) -> pytest.param:
+    """An envpool Atari config whose gymnasium twin (``atari.yaml`` beside it) differs only in the env id and
+    backend runs with ``pytest -m slow`` (tests/test_envpool.py covers the backend): ~12 s each of the budget."""
+    slow = config.stem == "atari_envpool" and (config.parent / "atari.yaml").is_file()
+    return pytest.param(config, marks=[pytest.mark.slow] if slow else [], id=f"{config.parent.name}/{config.stem}")
+
+
+@pytest.mark.parametrize("config", [twin(c) for c in CONFIGS])
 def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
     if needs_mujoco(config):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
