@@ -107,9 +107,8 @@ def member_batch(module: Any, batch: RolloutBatch) -> RolloutBatch:
 
 
 def explained_variance(returns: Tensor, values: Tensor) -> Tensor:
-    """1 - Var(returns - values) / Var(returns): of the whole rollout, or per member (``(members, ...)``)."""
-    if returns.dim() == 1:
-        return 1 - (returns - values).var() / returns.var()
+    """1 - Var(returns - values) / Var(returns) over the last dimension: of the whole flattened rollout, or per
+    member (``(members, ...)``)."""
     return 1 - (returns - values).var(-1) / returns.var(-1)
 
 

@@ -148,7 +148,7 @@ class REINFORCE(RLModule):
             }
             if hp.baseline:
                 metrics["train/value_loss"] = out.value_loss.detach()
-                metrics["train/explained_variance"] = 1 - (b.returns - b.values).var() / b.returns.var()
+                metrics["train/explained_variance"] = on_policy.explained_variance(b.returns, b.values)
             self.log_training(metrics)
         return out.loss.detach()
 
