@@ -90,6 +90,12 @@ MEMORY: dict[str, float] = {
     "recurrent_ppo/repeat_first": 0.9,
     "ppo/repeat_first": 0.9,
 }
+# Memory on Atari (`envpool` extra): CleanRL's ppo_atari_lstm (single frames, an LSTM) beside the stateless
+# PPO with 4 stacked frames on Pong; threshold 0 (half the points won; stateless PPO crosses it at ~700k).
+ATARI_MEMORY: dict[str, float] = {
+    "recurrent_ppo/atari_envpool": 0,
+    "ppo/atari_envpool": 0,
+}
 # MinAtar (Young & Tian 2019; the `minatar` package): threshold 10, where the paper's DQN Breakout curve levels
 # off (its README's learning curves: ~10 from 1M of its 5M frames on; training returns, 30 seeds).
 MINATAR: dict[str, float] = {
@@ -106,13 +112,14 @@ TQC_CROSSQ: dict[str, float] = {
     "tqc/lunarlandercontinuous": 200,
     "crossq/lunarlandercontinuous": 200,
 }
-THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY, **MINATAR, **TQC_CROSSQ}
+THRESHOLDS = {**CLASSIC, **USERS, **MUJOCO, **EXPLORATION, **MEMORY, **ATARI_MEMORY, **MINATAR, **TQC_CROSSQ}
 GROUPS = {
     "classic": CLASSIC,
     "users": USERS,
     "mujoco": MUJOCO,
     "exploration": EXPLORATION,
     "memory": MEMORY,
+    "atari_memory": ATARI_MEMORY,
     "minatar": MINATAR,
     "tqc_crossq": TQC_CROSSQ,
 }

@@ -74,9 +74,11 @@ def needs_mujoco(config: Path) -> bool:
 
 
 def twin(config: Path) -> pytest.param:
-    """An envpool Atari config whose gymnasium twin (``atari.yaml`` beside it) differs only in the env id and
-    backend runs with ``pytest -m slow`` (tests/test_envpool.py covers the backend): ~12 s each of the budget."""
-    slow = config.stem == "atari_envpool" and (config.parent / "atari.yaml").is_file()
+    """An envpool Atari config (``atari_envpool.yaml``) runs with ``pytest -m slow``: ~12 s each of the budget.
+    Its parts run in the default suite elsewhere: its gymnasium twin (``atari.yaml`` beside it, where one
+    is) differs only in the env id and backend; tests/test_envpool.py covers the backend and its frame
+    stacks; RecurrentPPO's image path is in tests/test_spaces.py."""
+    slow = config.stem == "atari_envpool"
     return pytest.param(config, marks=[pytest.mark.slow] if slow else [], id=f"{config.parent.name}/{config.stem}")
 
 

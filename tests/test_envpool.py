@@ -105,6 +105,24 @@ def test_atari_frames_are_preprocessed_as_on_the_gymnasium_path():
     assert frames["envpool"][5:, -1].std() > 10  # a real screen, not a blank one
 
 
+@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
+def test_atari_frame_stack_is_an_env_kwarg_on_both_backends_and_bad_values_are_refused(backend):
+    """``frame_stack: 1`` (a recurrent policy's single frames): observations (1, 84, 84), the newest frame
+    of the default stack of 4; the replay side is told the stack it gets."""
+    stacked, single = (envs("PongNoFrameskip-v4", backend=backend, noop_max=0, frame_stack=k) for k in (4, 1))
+    assert single.single_observation_space.shape == (1, 84, 84) and single.frame_stack == 1
+    assert stacked.frame_stack == 4
+    for vec in (stacked, single):
+        vec.reset(seed=0)
+    for _ in range(5):
+        a = np.zeros(1, dtype=np.int64)
+        np.testing.assert_array_equal(single.step(a)[0][:, 0], stacked.step(a)[0][:, -1])
+    for vec in (stacked, single):
+        vec.close()
+    with pytest.raises(ConfigError, match="frame_stack must be a positive int"):
+        envs("PongNoFrameskip-v4", backend=backend, frame_stack=0)
+
+
 def test_a_pong_game_scores_and_lasts_alike_on_both_backends():
     actions = np.random.default_rng(0).integers(0, 6, (2500, 4))
     games = {

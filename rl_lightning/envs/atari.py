@@ -14,6 +14,8 @@ Applied automatically by ``make_vector_env`` to every id that ale-py registers (
    training; otherwise a greedy agent can wait forever for a ball that never comes.
 6. Training only: rewards clipped to their sign (``TransformReward(np.sign)``).
 7. ``FrameStackObservation(4)``: uint8 observations of shape (4, 84, 84).
+   ``env_kwargs={"frame_stack": k}`` stacks ``k`` frames instead (1: single frames, shape (1, 84, 84), as
+   for a recurrent policy that remembers the past itself; CleanRL's ``ppo_atari_lstm``).
 
 v5 ids keep their defaults, including sticky actions (``repeat_action_probability=0.25``, Machado
 et al. 2018); pass ``env_kwargs={"repeat_action_probability": 0.0}`` for the Nature setting.
@@ -27,6 +29,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rl_lightning.errors import ConfigError
+
 FRAME_STACK = 4
 FIRE = 1  # the FIRE action's index in every game whose action meanings include it
 
@@ -39,6 +43,15 @@ def register_ale() -> bool:
         return False
     gym.register_envs(ale_py)
     return True
+
+
+def atari_frame_stack(env_kwargs: dict[str, Any]) -> int:
+    """Pops ``frame_stack`` (the frames an observation stacks, ``FRAME_STACK`` unless given) from
+    ``env_kwargs``; one line for anything but a positive int."""
+    k = env_kwargs.pop("frame_stack", FRAME_STACK)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"env.env_kwargs frame_stack must be a positive int (frames per observation), got {k!r}.")
+    return k
 
 
 def is_atari(env_id: str) -> bool:
@@ -116,6 +129,7 @@ def make_atari_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | N
     register_ale()  # also in AsyncVectorEnv's worker processes
     kwargs = {"frameskip": 1, **env_kwargs}
     noop_max = kwargs.pop("noop_max", 30)
+    frame_stack = atari_frame_stack(kwargs)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env = gym.make(env_id, **kwargs)
@@ -127,4 +141,4 @@ def make_atari_env(env_id: str, env_kwargs: dict[str, Any], render_mode: str | N
         env = FireResetEnv(env, fire_on_life_loss=not training)
     if training:
         env = gym.wrappers.TransformReward(env, np.sign)
-    return gym.wrappers.FrameStackObservation(env, FRAME_STACK)
+    return gym.wrappers.FrameStackObservation(env, frame_stack)

@@ -32,7 +32,8 @@ What differs, with reasons:
   mode (``batch_size < num_envs``, whichever sub-envs finish first) would pay where the envs are the
   bottleneck and their step times vary; on CPU the networks are (docs/benchmarks.md, "Env backends").
 
-``env_kwargs`` go to ``envpool.make``: the env's options (``repeat_action_probability``,
+``env_kwargs`` go to ``envpool.make`` (Atari's ``frame_stack``, as on the gymnasium path, as its
+``stack_num``): the env's options (``repeat_action_probability``,
 ``noop_max``, ``ctrl_cost_weight``, ...) and the pool's (``num_threads``: worker threads, default
 one per sub-env up to the cores; ``thread_affinity_offset``).
 """
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from rl_lightning.envs.atari import FRAME_STACK, is_atari, register_ale
+from rl_lightning.envs.atari import FRAME_STACK, atari_frame_stack, is_atari, register_ale
 from rl_lightning.envs.backend import Build, EnvBackend
 from rl_lightning.errors import ConfigError
 
@@ -119,6 +120,9 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         self.env_id = env_id
         self.task_id, options = envpool_task(env_id)
         self.atari = "stack_num" in options
+        env_kwargs = dict(env_kwargs)
+        if self.atari:  # gymnasium's path's name for envpool's stack_num
+            options["stack_num"] = atari_frame_stack(env_kwargs)
         self.options = {**options, **env_kwargs}
         if self.atari and self.options["noop_max"] == 0:
             self.options["noop_max"] = 1  # envpool's "none" (0 is not accepted)
@@ -210,7 +214,7 @@ class EnvpoolBackend(EnvBackend):
             )
         envs = EnvpoolVectorEnv(config.env_id, build.num_envs, config.env_kwargs, training=build.training)
         envs.structured_observation_space = envs.single_observation_space
-        envs.frame_stack = FRAME_STACK if envs.atari else 1  # envpool stacks Atari frames itself
+        envs.frame_stack = envs.options["stack_num"] if envs.atari else 1  # envpool stacks Atari frames itself
         return envs
 
     def evaluation_backend(self, render_mode: str | None) -> str:
