@@ -224,7 +224,8 @@ def test_continuous_actions_fail_at_once_pointing_to_sac_td3_ddpg():
     model = tiny_dqn(env=EnvConfig("Pendulum-v1", num_envs=1))
     with pytest.raises(
         ValueError,
-        match=r"DQN cannot handle the action space Box\(.*use A2C, CrossQ, DDPG, PPO, REINFORCE, RecurrentPPO, SAC, TD3, TQC",
+        match=r"DQN cannot handle the action space Box\(.*use "
+        r"A2C, CrossQ, DDPG, PPO, REINFORCE, RecurrentPPO, SAC, TD3, TQC",
     ):
         quick_trainer().fit(model)
     assert model.env_steps == 0

@@ -334,7 +334,16 @@ def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path, monkeypat
     ):
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_:
-            main(["fit", "--config", str(ROOT / f"configs/{config}.yaml"), "--model.run.population", population, *TINY_RUN])
+            main(
+                [
+                    "fit",
+                    "--config",
+                    str(ROOT / f"configs/{config}.yaml"),
+                    "--model.run.population",
+                    population,
+                    *TINY_RUN,
+                ]
+            )
         assert exit_.value.code == 2
         assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
