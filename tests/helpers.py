@@ -172,6 +172,28 @@ class MultiBinaryActionEnv(gym.Env):
         return self.obs, reward, False, self.t >= 10, {}
 
 
+class RecallFirstEnv(gym.Env):
+    """A cue seen once: the first observation shows a random bit, the next two a random distractor bit on
+    other inputs, the fourth asks for the cue; only that answer pays (+1 when it is the cue). A memory
+    scores 1; a stateless policy 0.5 on average, and so does one whose memory is lost after the cue."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (5,), np.float32)  # cue bit (2), distractor bit (2), question
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.cue = 0, int(self.np_random.integers(2))
+        return np.eye(5, dtype=np.float32)[self.cue], {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t < 3:
+            return np.eye(5, dtype=np.float32)[2 + int(self.np_random.integers(2))], 0.0, False, False, {}
+        if self.t == 3:
+            return np.eye(5, dtype=np.float32)[4], 0.0, False, False, {}
+        return np.zeros(5, dtype=np.float32), float(int(action) == self.cue), True, False, {}
+
+
 class DictActionEnv(MultiBinaryActionEnv):
     """An action space no algorithm here supports."""
 
