@@ -167,7 +167,7 @@ def run(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:
     import lightning  # noqa: F401  (imports stay outside the wall clock)
 
     t0 = time.perf_counter()
-    env_steps, curve, _ = fit_config(f"configs/{config}.yaml", seed, **parse_overrides(overrides))
+    env_steps, curve, train_s = fit_config(f"configs/{config}.yaml", seed, **parse_overrides(overrides))
     solved = next(((t, s) for t, s, r in curve if r >= THRESHOLDS[config]), (None, None))
     return {
         "config": config,
@@ -179,6 +179,7 @@ def run(config: str, seed: int, overrides: list[str]) -> dict[str, Any]:
         "solve_steps": solved[1],
         "solve_s": None if solved[0] is None else round(solved[0], 1),
         "wall_s": round(time.perf_counter() - t0, 1),
+        "train_s": round(train_s, 1),  # evaluation excluded: env steps / train_s is the training throughput
         "curve": [(steps, round(ret, 3)) for _, steps, ret in curve],  # (env steps, eval return)
     }
 
