@@ -51,7 +51,7 @@ class RunConfig:
                 at_least(f"run.{f.name}", getattr(self, f.name), 1)
         seeds = self.population_seeds
         if seeds:
-            check(len(seeds) >= 2, f"run.population_seeds needs 2 or more seeds, got {seeds}; one run: seed_everything.")
+            check(len(seeds) >= 2, f"run.population_seeds needs 2 or more seeds, got {seeds}; one: seed_everything.")
             check(
                 self.population in (1, len(seeds)),
                 f"run.population={self.population} but run.population_seeds has {len(seeds)} seeds; set one of them.",

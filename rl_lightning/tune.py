@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import itertools
 import math
 import subprocess
 import sys
@@ -167,7 +168,6 @@ class ReportToTrial(Callback):
         if self.trial.should_prune():
             self.pruned = trainer.should_stop = True
 
-
     def member_scores(self) -> list[tuple[float, float]]:
         """Each member's (final, best) evaluation return: a plain run's own, a population's member by member."""
         return [(returns[-1], max(returns)) for returns in zip(*self.member_returns, strict=True)]
@@ -183,7 +183,7 @@ def sets_population(config_paths: list[str], fit_args: list[str]) -> bool:
         run = (model.get("init_args") or {}).get("run") if isinstance(model, dict) else None
         if isinstance(run, dict) and {"population", "population_seeds"} & set(run):
             return True
-    return any(a.startswith("--model.run.population") or (a.startswith("--model.run") and "population" in a) for a in fit_args)
+    return any(a.startswith("--model.run") and "population" in a for a in fit_args)
 
 
 def seed_arguments(seeds: list[int]) -> list[str]:
@@ -199,7 +199,7 @@ def split_seeds(seeds: list[int], parts: int) -> list[list[int]]:
     parts = min(parts, len(seeds))
     size, extra = divmod(len(seeds), parts)
     bounds = [i * size + min(i, extra) for i in range(parts + 1)]
-    return [seeds[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [seeds[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def redact(url: str) -> str:
@@ -502,9 +502,11 @@ def report_seeds(study: Any, root: Path, seeds: list[int]) -> None:
 
     done = {}  # seed -> {final, best, run_dir}: a run of its own, or a population's member
     for t in study.trials:
-        if t.state == optuna.trial.TrialState.COMPLETE:
-            members = t.user_attrs.get("members") or [[t.user_attrs["seed"], t.user_attrs["final"], t.user_attrs["best"]]]
-            done.update({seed: {"final": f, "best": b, "run_dir": t.user_attrs["run_dir"]} for seed, f, b in members})
+        if t.state != optuna.trial.TrialState.COMPLETE:
+            continue
+        attrs = t.user_attrs
+        members = attrs["members"] if "members" in attrs else [[attrs["seed"], attrs["final"], attrs["best"]]]
+        done.update({seed: {"final": f, "best": b, "run_dir": attrs["run_dir"]} for seed, f, b in members})
     done = {seed: result for seed, result in done.items() if seed in seeds}
     lines = ["| seed | final | best | run |", "|---:|---:|---:|---|"]
     for seed in seeds:
