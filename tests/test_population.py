@@ -251,19 +251,24 @@ def test_a_member_that_diverges_in_a_fit_is_frozen_and_the_run_goes_on(monkeypat
     assert trainer.callback_metrics["member_1/val/episode_return"].isfinite()
 
 
-def test_checkpoints_hold_every_member_and_resume_exactly(tmp_path):
-    lights = EnvConfig("test/Lights-v0", num_envs=2, seed=5)
+@pytest.mark.parametrize(
+    "env_seed, seeds",
+    [pytest.param(5, [], id="env_seed"), pytest.param(None, [3, 5], marks=pytest.mark.slow, id="population_seeds")],
+)
+def test_checkpoints_hold_every_member_and_resume_exactly(tmp_path, env_seed, seeds):
+    # population_seeds without env.seed: the members' env seeds are drawn again, alike, on resume.
+    lights = EnvConfig("test/Lights-v0", num_envs=2, seed=env_seed)
     L.seed_everything(0)
-    straight = population_ppo(population=2, total=1024, env=lights)
+    straight = population_ppo(population=2, total=1024, env=lights, population_seeds=seeds)
     quick_trainer().fit(straight)
 
     L.seed_everything(0)
-    interrupted = population_ppo(population=2, total=1024, env=lights)
+    interrupted = population_ppo(population=2, total=1024, env=lights, population_seeds=seeds)
     callback = LastCheckpoint(dirpath=tmp_path)
     quick_trainer(max_epochs=2, callbacks=[callback], enable_checkpointing=True).fit(interrupted)
     assert interrupted.env_steps == 512  # per member
     torch.manual_seed(123)
-    resumed = population_ppo(population=2, total=1024, env=lights)
+    resumed = population_ppo(population=2, total=1024, env=lights, population_seeds=seeds)
     trainer = quick_trainer()
     trainer.fit(resumed, ckpt_path=tmp_path / "last.ckpt")
     assert resumed.env_steps == straight.env_steps == 1024
