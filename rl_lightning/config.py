@@ -30,18 +30,37 @@ class RunConfig:
         population: Independent runs trained at once as one batched model (docs/population.md): each
             member its own parameters, optimizer state, sub-envs and seed; budgets, epochs and
             ``eval_episodes`` count per member. 1 (default) is a plain run. PPO and A2C train populations.
+        population_seeds: A population of these seeds (2 or more; ``population`` is then their count):
+            member ``k`` is the run ``seed_everything: population_seeds[k]`` of this config, its networks
+            built, its envs seeded and its evaluation played as that run's (docs/population.md).
+            Empty (default): member ``k`` of ``population: N`` is the run of seed ``env.seed + k * env.num_envs``.
     """
 
     total_env_steps: int | None = None
     env_steps_per_epoch: int | None = None
     eval_episodes: int | None = None
     population: int = 1
+    population_seeds: list[int] = dataclasses.field(default_factory=list)
 
     def check(self) -> None:
-        """``ConfigError`` naming the field and its value (each field is a count of at least 1); for a config
-        with its defaults filled in (``resolve_config``)."""
+        """``ConfigError`` naming the field and its value (each count at least 1; seeds of a population, 2 or
+        more, as many as ``population`` where both are set); for a config with its defaults filled in
+        (``resolve_config``)."""
         for f in dataclasses.fields(self):
-            at_least(f"run.{f.name}", getattr(self, f.name), 1)
+            if f.name != "population_seeds":
+                at_least(f"run.{f.name}", getattr(self, f.name), 1)
+        seeds = self.population_seeds
+        if seeds:
+            check(len(seeds) >= 2, f"run.population_seeds needs 2 or more seeds, got {seeds}; one: seed_everything.")
+            check(
+                self.population in (1, len(seeds)),
+                f"run.population={self.population} but run.population_seeds has {len(seeds)} seeds; set one of them.",
+            )
+
+    @property
+    def members(self) -> int:
+        """The population's size: ``population``, or the number of ``population_seeds``."""
+        return len(self.population_seeds) if self.population_seeds else self.population
 
 
 DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)

@@ -35,6 +35,14 @@ def draw_env_seed(strategy: Any | None) -> int:
     return int(strategy.broadcast(seed, src=0)) if strategy is not None else seed
 
 
+def env_seed_drawn_by(seed: int) -> int:
+    """The env seed a run with ``seed_everything(seed)`` and no ``env.seed`` draws (``draw_env_seed``, its
+    first draw from torch's RNG), the global RNG left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return draw_env_seed(None)
+
+
 def separate_ranks(strategy: Any, rank_seed: int, find_unused_parameters: bool) -> None:
     """Under DDP, once the networks exist: ``seed_everything`` gave every rank the same RNG state, hence the
     same exploration noise, so each rank's torch, numpy and python RNGs are reseeded with its own

@@ -16,10 +16,15 @@ old. At the end: ``runs/tune/<study>/best.yaml`` (the best trial's config, ready
 --config``), a table of the trials, and, with matplotlib (the ``plot`` extra), the optimization
 history and the hyperparameter importances as PNG beside it.
 
-``--seeds 0,1,2`` (or ``0-4``) runs the config once per seed instead, each seed a queued trial of the
-study, and reports the final and best returns per seed and their mean and interquartile mean with
-bootstrap confidence intervals, with the curves in ``curves.png``. ``--jobs N`` runs N worker
-processes on this machine, on either kind of study.
+``--seeds 0,1,2`` (or ``0-4``) runs the config once per seed instead, and reports the final and best
+returns per seed and their mean and interquartile mean with bootstrap confidence intervals, with the
+curves in ``curves.png``. An algorithm that trains populations (PPO, A2C; docs/population.md) trains
+the seeds as one population, one fit whose member ``k`` is the run of seed ``k`` (``run.population_seeds``);
+``--jobs N`` then splits the seeds into N populations, one per worker process. Other algorithms, a config
+that sets its own ``run.population``, and ``--no_population`` run one fit per seed, each a queued trial of
+the study, ``--jobs N`` of them at a time. ``--jobs N`` runs N worker processes on this machine, on
+either kind of study. ``--trial_seeds`` fits each trial of a search on its seeds the same way: one
+population, or (``--no_population``) one fit per seed.
 
 The search space is a YAML file of model arguments (dotted for ``env``, ``run`` and ``replay``
 fields), each a range or a list of choices::
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import itertools
 import math
 import subprocess
 import sys
@@ -142,24 +148,58 @@ def as_arguments(values: dict[str, Any]) -> list[str]:
 
 class ReportToTrial(Callback):
     """Report each evaluation return to the Optuna trial against env steps; on the pruner's word stop
-    the fit (after this evaluation) and remember it, so the objective marks the trial pruned."""
+    the fit (after this evaluation) and remember it, so the objective marks the trial pruned. A
+    population's (``val/episode_return`` is its members' mean) are also kept member by member."""
 
     def __init__(self, trial: Any | None) -> None:
-        self.trial, self.returns, self.pruned = trial, [], False
+        self.trial, self.returns, self.member_returns, self.pruned = trial, [], [], False
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.sanity_checking or "val/episode_return" not in trainer.callback_metrics:
             return
         value = float(trainer.callback_metrics["val/episode_return"])
         self.returns.append(value)
+        members = range(getattr(pl_module, "population", 1))
+        metrics = trainer.callback_metrics
+        self.member_returns.append([float(metrics.get(f"member_{k}/val/episode_return", value)) for k in members])
         if self.trial is None:  # a trial's second seed and on: only recorded
             return
         self.trial.report(value, step=int(pl_module.env_steps))
         if self.trial.should_prune():
             self.pruned = trainer.should_stop = True
 
+    def member_scores(self) -> list[tuple[float, float]]:
+        """Each member's (final, best) evaluation return: a plain run's own, a population's member by member."""
+        return [(returns[-1], max(returns)) for returns in zip(*self.member_returns, strict=True)]
+
 
 Fit = Callable[[list[str], Callback], Any]  # (fit arguments, callback) -> the fitted Trainer
+
+
+def sets_population(config_paths: list[str], fit_args: list[str]) -> bool:
+    """Whether the configs or the arguments set ``run.population`` or ``run.population_seeds`` themselves."""
+    for path in config_paths:
+        model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
+        run = (model.get("init_args") or {}).get("run") if isinstance(model, dict) else None
+        if isinstance(run, dict) and {"population", "population_seeds"} & set(run):
+            return True
+    return any(a.startswith("--model.run") and "population" in a for a in fit_args)
+
+
+def seed_arguments(seeds: list[int]) -> list[str]:
+    """The fit arguments of a run of ``seeds``: none, one seed, or a population of them (reproducible: the
+    population's own RNG stream, which acting and minibatches draw from, seeded with its first seed)."""
+    if len(seeds) < 2:
+        return [arg for seed in seeds for arg in ("--seed_everything", str(seed))]
+    return ["--model.run.population_seeds", f"[{','.join(map(str, seeds))}]", "--seed_everything", str(seeds[0])]
+
+
+def split_seeds(seeds: list[int], parts: int) -> list[list[int]]:
+    """``seeds`` in ``parts`` runs of consecutive seeds (or fewer: one seed each), sizes differing by one at most."""
+    parts = min(parts, len(seeds))
+    size, extra = divmod(len(seeds), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [seeds[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def redact(url: str) -> str:
@@ -240,6 +280,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument(
         "--trial_seeds",
         help="fit each trial on these seeds (e.g. 0,1,2) and optimize the mean: a value on one seed overfits",
+    )
+    p.add_argument(
+        "--no_population",
+        action="store_true",
+        help="--seeds, --trial_seeds: one fit per seed, even for an algorithm that trains them as one population",
     )
     p.add_argument("--n_trials", type=int, default=20, help="trials this study runs in all (all workers)")
     p.add_argument("--study_name", help="default: from the config's file name, e.g. ppo_cartpole")
@@ -324,6 +369,9 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
     configs = config_paths(fit_args)
     algorithm = algorithm_of(configs)
     space = load_space(args.space, algorithm) if args.space else []
+    # Seeds as one population where the algorithm trains them so and the user asked for none of their own.
+    population = bool(algorithm and algorithm.trains_populations) and not args.no_population
+    population = population and not sets_population(configs, fit_args)
     check(args.study_name or configs, "give --study_name (no --config to name the study after).")
     study_name = args.study_name or "_".join(Path(configs[0]).with_suffix("").parts[-2:])
     if args.seeds and not args.study_name:
@@ -357,16 +405,21 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
 
     def objective(trial: Any) -> float:
         if args.seeds:
-            seed = trial.user_attrs["seed"]  # queued with it (a parameter could not change between runs)
-            runs, values = [(f"tune/{study_name}/seed_{seed}", seed)], {}
+            # Queued with its seeds (a parameter could not change between runs): one, or a population of them.
+            seeds = trial.user_attrs.get("seeds") or [trial.user_attrs["seed"]]
+            name = f"seed_{seeds[0]}" if len(seeds) == 1 else f"seeds_{'_'.join(map(str, seeds))}"
+            runs, values = [(f"tune/{study_name}/{name}", seeds)], {}
         else:
             values = {p.name: p.suggest(trial) for p in space}
             name = f"tune/{study_name}/trial_{trial.number}"
-            runs = [(f"{name}/seed_{s}", s) for s in args.trial_seeds] if args.trial_seeds else [(name, None)]
+            if args.trial_seeds and population:
+                runs = [(name, args.trial_seeds)]
+            else:
+                runs = [(f"{name}/seed_{s}", [s]) for s in args.trial_seeds] if args.trial_seeds else [(name, [])]
         scores = []
-        for i, (run_name, seed) in enumerate(runs):
-            report = ReportToTrial(trial if i == 0 else None)  # the first seed's evaluations decide pruning
-            seed_args = [] if seed is None else ["--seed_everything", str(seed)]
+        for i, (run_name, seeds) in enumerate(runs):
+            report = ReportToTrial(trial if i == 0 else None)  # the first run's evaluations decide pruning
+            seed_args = seed_arguments(seeds)
             run_args = [*fit_args, *seed_args, *as_arguments(values), "--trainer.logger.init_args.name", run_name]
             trainer = fit(run_args, report)
             if i == 0:
@@ -374,7 +427,10 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
             check(bool(report.returns), "the trial ended without an evaluation: nothing to optimize.")
             if report.pruned:
                 raise optuna.TrialPruned(f"pruned at {report.returns[-1]:g}")
-            scores.append((report.returns[-1], max(report.returns)))
+            # Per seed; a run of its own config (no seeds, or its own population) scores as a whole.
+            scores += report.member_scores() if len(seeds) > 1 else [(report.returns[-1], max(report.returns))]
+        if args.seeds and len(scores) > 1:
+            trial.set_user_attr("members", [[s, f, b] for s, (f, b) in zip(seeds, scores, strict=True)])
         trial.set_user_attr("final", sum(f for f, _ in scores) / len(scores))
         trial.set_user_attr("best", sum(b for _, b in scores) / len(scores))
         return trial.user_attrs["best"] if args.objective == "best" else trial.user_attrs["final"]
@@ -382,7 +438,8 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.seeds and not args.worker:
-        queued = queue_seeds(study, args.seeds)  # each seed is one queued trial, popped by one worker
+        # Each seed one queued trial, popped by one worker; or each worker's share of the seeds one population.
+        queued = queue_seeds(study, args.seeds, args.jobs if population else None)
         if queued and args.jobs > 1:
             run_workers(argv, args.jobs, [len(range(i, queued, args.jobs)) for i in range(args.jobs)])
         elif queued:
@@ -404,18 +461,19 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
     return study
 
 
-def queue_seeds(study: Any, seeds: list[int]) -> int:
-    """Queue a trial for each seed that has none complete, queued or running; returns how many wait."""
+def queue_seeds(study: Any, seeds: list[int], populations: int | None = None) -> int:
+    """Queue a trial for each seed that has none complete, queued or running, or (``populations``) split those
+    seeds into that many populations, a trial each; returns how many wait."""
     import optuna
 
     state = optuna.trial.TrialState
     have = set()
     for t in study.trials:
         if t.state in (state.COMPLETE, state.WAITING, state.RUNNING):
-            have.add(t.user_attrs.get("seed"))
-    for seed in seeds:
-        if seed not in have:
-            study.enqueue_trial({}, user_attrs={"seed": seed})
+            have.update(t.user_attrs.get("seeds") or [t.user_attrs.get("seed")])
+    todo = [seed for seed in seeds if seed not in have]
+    for group in split_seeds(todo, populations) if populations and todo else [[seed] for seed in todo]:
+        study.enqueue_trial({}, user_attrs={"seeds": group} if len(group) > 1 else {"seed": group[0]})
     return len(study.get_trials(deepcopy=False, states=(state.WAITING,)))
 
 
@@ -442,26 +500,31 @@ def report_seeds(study: Any, root: Path, seeds: list[int]) -> None:
     confidence intervals (``score_summary``); the curves as ``curves.png`` with the ``plot`` extra."""
     import optuna
 
-    done = {t.user_attrs["seed"]: t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
-    done = {seed: t for seed, t in done.items() if seed in seeds}
+    done = {}  # seed -> {final, best, run_dir}: a run of its own, or a population's member
+    for t in study.trials:
+        if t.state != optuna.trial.TrialState.COMPLETE:
+            continue
+        attrs = t.user_attrs
+        members = attrs["members"] if "members" in attrs else [[attrs["seed"], attrs["final"], attrs["best"]]]
+        done.update({seed: {"final": f, "best": b, "run_dir": attrs["run_dir"]} for seed, f, b in members})
+    done = {seed: result for seed, result in done.items() if seed in seeds}
     lines = ["| seed | final | best | run |", "|---:|---:|---:|---|"]
     for seed in seeds:
-        t = done.get(seed)
-        cells = (
-            (f"{t.user_attrs['final']:g} | {t.user_attrs['best']:g} | {t.user_attrs['run_dir']}") if t else "- | - | -"
-        )
+        r = done.get(seed)
+        cells = f"{r['final']:g} | {r['best']:g} | {r['run_dir']}" if r else "- | - | -"
         lines.append(f"| {seed} | {cells} |")
     if len(done) >= 1:
         lines += ["", "| over seeds | runs | mean [95 % CI] | IQM [95 % CI] |", "|---|---:|---|---|"]
         for key in ("final", "best"):
-            s = score_summary([t.user_attrs[key] for t in done.values()])
+            s = score_summary([r[key] for r in done.values()])
             lines.append(
                 f"| {key} | {s['runs']} | {s['mean']:.4g} [{s['mean_ci'][0]:.4g}, {s['mean_ci'][1]:.4g}] | "
                 f"{s['iqm']:.4g} [{s['iqm_ci'][0]:.4g}, {s['iqm_ci'][1]:.4g}] |"
             )
     print("\n".join(lines), flush=True)
     try:
-        plot_learning_curves({study.study_name: [t.user_attrs["run_dir"] for t in done.values()]}, root / "curves.png")
+        run_dirs = list(dict.fromkeys(r["run_dir"] for r in done.values()))  # a population's once: its members' mean
+        plot_learning_curves({study.study_name: run_dirs}, root / "curves.png")
         print(f"Curves: {root / 'curves.png'}", flush=True)
     except ImportError:
         pass

@@ -251,19 +251,24 @@ def test_a_member_that_diverges_in_a_fit_is_frozen_and_the_run_goes_on(monkeypat
     assert trainer.callback_metrics["member_1/val/episode_return"].isfinite()
 
 
-def test_checkpoints_hold_every_member_and_resume_exactly(tmp_path):
-    lights = EnvConfig("test/Lights-v0", num_envs=2, seed=5)
+@pytest.mark.parametrize(
+    "env_seed, seeds",
+    [pytest.param(5, [], id="env_seed"), pytest.param(None, [3, 5], marks=pytest.mark.slow, id="population_seeds")],
+)
+def test_checkpoints_hold_every_member_and_resume_exactly(tmp_path, env_seed, seeds):
+    # population_seeds without env.seed: the members' env seeds are drawn again, alike, on resume.
+    lights = EnvConfig("test/Lights-v0", num_envs=2, seed=env_seed)
     L.seed_everything(0)
-    straight = population_ppo(population=2, total=1024, env=lights)
+    straight = population_ppo(population=2, total=1024, env=lights, population_seeds=seeds)
     quick_trainer().fit(straight)
 
     L.seed_everything(0)
-    interrupted = population_ppo(population=2, total=1024, env=lights)
+    interrupted = population_ppo(population=2, total=1024, env=lights, population_seeds=seeds)
     callback = LastCheckpoint(dirpath=tmp_path)
     quick_trainer(max_epochs=2, callbacks=[callback], enable_checkpointing=True).fit(interrupted)
     assert interrupted.env_steps == 512  # per member
     torch.manual_seed(123)
-    resumed = population_ppo(population=2, total=1024, env=lights)
+    resumed = population_ppo(population=2, total=1024, env=lights, population_seeds=seeds)
     trainer = quick_trainer()
     trainer.fit(resumed, ckpt_path=tmp_path / "last.ckpt")
     assert resumed.env_steps == straight.env_steps == 1024
@@ -404,3 +409,37 @@ def test_target_kl_stops_each_members_own_epochs():
     assert not population.kl_stops_epochs(torch.tensor([0.01, 0.05, 0.01]))
     assert population.updating.tolist() == [True, False, True]  # member 1's updates masked from now on
     assert population.kl_stops_epochs(torch.tensor([0.03, 0.0, 0.03]))  # every member has stopped
+
+
+def test_a_member_of_given_seeds_starts_as_the_single_run_of_its_seed():
+    # population_seeds [3, 5], no env.seed: member 1 is the run seed_everything(5) of the same config, which
+    # draws its env seed from torch's RNG, then builds its networks; evaluation on that run's seeds.
+    population = population_ppo(population=1, population_seeds=[3, 5], env=EnvConfig("CartPole-v1", num_envs=2))
+    population.setup("fit")
+    assert population.population == 2 and population.envs.num_envs == 4
+    obs, _ = population.envs.reset(seed=population.training_env_seed)
+    torch.manual_seed(5)  # the single run: seed_everything(5)
+    single = population_ppo(population=1, env=EnvConfig("CartPole-v1", num_envs=2))
+    single.setup("fit")
+    assert population.member_env_seeds[1] == single.env_config.seed != 5
+    single_obs, _ = single.envs.reset(seed=single.training_env_seed)
+    assert (obs[2:] == single_obs).all() and not (obs[:2] == single_obs).all()
+    for a, b in zip(population.agent.member(1).parameters(), single.agent.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    returns, _ = population.play_episodes([1_000_000])
+    single.agent.load_state_dict(population.agent.member(1).state_dict())
+    assert returns[1:].tolist() == single.play_episodes([single.env_config.seed + 1_000_000])[0].tolist()
+    single.teardown("fit")
+    population.teardown("fit")
+    # A config that sets env.seed gives every seed's run that env seed: so do the members.
+    fixed = population_ppo(population=1, population_seeds=[3, 5])
+    assert fixed.member_env_seeds == [5, 5] and fixed.member_seeds == [3, 5]
+
+
+@pytest.mark.parametrize(
+    "population, seeds, message",
+    [(1, [4], "run.population_seeds needs 2 or more seeds"), (3, [1, 2], "run.population=3 but run.population_seeds")],
+)
+def test_bad_population_seeds_are_refused(population, seeds, message):
+    with pytest.raises(ConfigError, match=message):
+        population_ppo(population=population, population_seeds=seeds)

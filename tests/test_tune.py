@@ -30,6 +30,7 @@ TINY = [
     *("--model.run.eval_episodes", "2", "--trainer.enable_progress_bar", "false"),
     *("--trainer.enable_model_summary", "false", "--seed_everything", "0"),
 ]
+TWO_EVALUATIONS = ["--model.run.total_env_steps", "512", "--model.run.env_steps_per_epoch", "256"]  # the last wins
 
 
 def write_space(tmp_path: Path, text: str) -> str:
@@ -232,23 +233,81 @@ def test_shipped_search_spaces_fit_the_config_beside_them(space):
     assert load_space(space, algorithm_of([str(config)]))
 
 
-def test_seeds_run_the_config_once_per_seed_in_parallel_workers_and_aggregate(tmp_path):
+def test_seeds_run_as_populations_one_per_worker_and_aggregate_over_members(tmp_path):
+    # PPO trains populations: --jobs 2 splits seeds 0-2 into the populations [0, 1] and [2] (a run of its own).
     out = cli("tune", "--config", PPO_CARTPOLE, "--seeds", "0-2", "--jobs", "2", *TINY[:-2], cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("| seed | final | best | run |") == 1  # the workers do not report
     assert re.search(r"\| final \| 3 \| [-\d.]+ \[[-\d.]+, [-\d.]+\] \|", out.stdout)
     root = tmp_path / "runs/tune/ppo_cartpole_seeds"
     trials = load(f"sqlite:///{root / 'study.db'}", "ppo_cartpole_seeds").trials
-    assert sorted(t.user_attrs["seed"] for t in trials) == [0, 1, 2]
+    assert sorted(t.user_attrs.get("seeds", [t.user_attrs.get("seed")]) for t in trials) == [[0, 1], [2]]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     for t in trials:
         config = yaml.safe_load((tmp_path / t.user_attrs["run_dir"] / "config.yaml").read_text())
-        assert config["seed_everything"] == t.user_attrs["seed"]
+        seeds = t.user_attrs.get("seeds", [t.user_attrs.get("seed")])
+        assert config["seed_everything"] == seeds[0]
+        assert config["model"]["init_args"]["run"]["population_seeds"] == (seeds if len(seeds) > 1 else [])
     assert (root / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # A longer seed list on the same study runs only the new seeds.
     out = cli("tune", "--config", PPO_CARTPOLE, "--seeds", "0-3", *TINY[:-2], cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("Run: ") == 1 and "| final | 4 |" in out.stdout
+
+
+def test_seeds_of_ppo_are_one_population_fit_whose_members_the_report_lists(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    study = tune(["--config", PPO_CARTPOLE, "--seeds", "0,1", *TINY[:-2], *TWO_EVALUATIONS], fit_trial)
+    (trial,) = study.trials  # one fit for both seeds
+    run = tmp_path / trial.user_attrs["run_dir"]
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["init_args"]["run"]["population_seeds"] == [0, 1]
+    out = capsys.readouterr().out
+    finals = []
+    for k, seed in enumerate((0, 1)):
+        returns = load_scalars(run, f"member_{k}/val/episode_return")[1]
+        assert f"| {seed} | {returns[-1]:g} | {returns.max():g} | {trial.user_attrs['run_dir']} |" in out
+        finals.append(returns[-1])
+    assert re.search(rf"\| final \| 2 \| {sum(finals) / 2:.4g} \[", out)
+
+
+class FakeFit:
+    """A fit that records its arguments and reports one evaluation return (its seed), in no time."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.calls, self.tmp_path = [], tmp_path
+
+    def __call__(self, args: list[str], report) -> object:
+        self.calls.append(args)
+        seed = int(args[len(args) - 1 - args[::-1].index("--seed_everything") + 1])
+        report.returns.append(float(seed))
+        report.member_returns.append([float(seed)])
+        return type("Trainer", (), {"log_dir": str(self.tmp_path / f"run_{len(self.calls)}")})()
+
+
+@pytest.mark.parametrize(
+    "config, extra",
+    [("dqn/cartpole", []), ("ppo/cartpole", ["--no_population"]), ("ppo/cartpole", ["--model.run.population", "2"])],
+    ids=["no-populations", "no_population", "own-population"],
+)
+def test_seeds_run_one_fit_each_without_populations_or_with_the_users_own(tmp_path, monkeypatch, config, extra):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("rl_lightning.tune.plot_learning_curves", lambda *args: None)  # FakeFit writes no curves
+    fit = FakeFit(tmp_path)
+    study = tune(["--config", str(ROOT / f"configs/{config}.yaml"), "--seeds", "0-2", *extra], fit)
+    assert sorted(t.user_attrs["seed"] for t in study.trials) == [0, 1, 2]
+    assert not any("--model.run.population_seeds" in call for call in fit.calls)
+
+
+def test_trial_seeds_are_one_population_per_trial_and_optimize_the_mean_over_members(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "1", "--pruner", "none"]
+    study = tune([*argv, "--trial_seeds", "3,4", "--objective", "last", *TINY[:-2], *TWO_EVALUATIONS], fit_trial)
+    (trial,) = study.trials
+    run = tmp_path / "runs/tune/ppo_cartpole/trial_0/version_0"
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["model"]["init_args"]["run"]["population_seeds"] == [3, 4] and config["seed_everything"] == 3
+    finals = [float(load_scalars(run, f"member_{k}/val/episode_return")[1][-1]) for k in range(2)]
+    assert trial.value == pytest.approx(sum(finals) / 2)
 
 
 @pytest.mark.parametrize("seeds", ["a,b", "3-1", ""])
@@ -258,14 +317,13 @@ def test_bad_seed_lists_are_refused(tmp_path, monkeypatch, seeds):
         tune(["--config", PPO_CARTPOLE, "--seeds", seeds], fit_trial)
 
 
-def test_trial_seeds_optimize_the_mean_over_seeds(tmp_path, monkeypatch):
+def test_trial_seeds_without_a_population_optimize_the_mean_over_seeds(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    fit = FakeFit(tmp_path)
     argv = ["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "1", "--pruner", "none"]
-    study = tune([*argv, "--trial_seeds", "3,4", "--objective", "last", *TINY[:-2]], fit_trial)
-    (trial,) = study.trials
-    finals = []
-    for seed in (3, 4):
-        run = tmp_path / f"runs/tune/ppo_cartpole/trial_0/seed_{seed}/version_0"
-        assert yaml.safe_load((run / "config.yaml").read_text())["seed_everything"] == seed
-        finals.append(float(load_scalars(run)[1][-1]))  # the last evaluation's return
-    assert trial.value == pytest.approx(sum(finals) / 2)
+    study = tune([*argv, "--trial_seeds", "3,4", "--no_population"], fit)
+    assert [call[call.index("--trainer.logger.init_args.name") + 1] for call in fit.calls] == [
+        "tune/ppo_cartpole/trial_0/seed_3",
+        "tune/ppo_cartpole/trial_0/seed_4",
+    ]
+    assert study.trials[0].value == pytest.approx(3.5)  # FakeFit's returns: the seeds

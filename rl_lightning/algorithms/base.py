@@ -51,14 +51,20 @@ from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.dataset import StepPacer
 from rl_lightning.data.experience import ExperienceSide, collect_from
 from rl_lightning.data.rollout import Policy, Rollout
-from rl_lightning.envs.make import EnvConfig, check_env_id, env_spaces, make_vector_env
+from rl_lightning.envs.make import EnvConfig, check_env_id, env_spaces, make_vector_env, seeds_each_sub_env
 from rl_lightning.errors import ConfigError, DivergenceError, check
 from rl_lightning.evaluation import env_actions, eval_seeds, log_evaluation, log_member_aggregate, play_episodes
 from rl_lightning.export import export_policy
 from rl_lightning.networks.encoders import has_images
-from rl_lightning.networks.population import PopulationAdam, clip_grad_norm_per_member, members_replaced, step_members
+from rl_lightning.networks.population import (
+    Population,
+    PopulationAdam,
+    clip_grad_norm_per_member,
+    members_replaced,
+    step_members,
+)
 from rl_lightning.optim import anneal_linearly, fused_allowed, make_adam
-from rl_lightning.seeding import draw_env_seed, separate_ranks
+from rl_lightning.seeding import draw_env_seed, env_seed_drawn_by, separate_ranks
 from rl_lightning.training_log import log_training, should_log
 
 MAX_ENV_RESTARTS = 3  # consecutive failed collection attempts restarted before giving up
@@ -108,7 +114,7 @@ class RLModule(L.LightningModule):
         self.eval_length = MeanMetric()
         self.run_config.check()
         self.env_config.check()
-        self.population = self.run_config.population  # members (docs/population.md); 1: a plain run
+        self.population = self.run_config.members  # members (docs/population.md); 1: a plain run
         if self.population > 1:
             check_population(type(self), self.population)
             self.member_eval_returns = torch.nn.ModuleList(MeanMetric() for _ in range(self.population))
@@ -130,8 +136,8 @@ class RLModule(L.LightningModule):
         strategy = self._trainer.strategy if self._trainer is not None else None  # None: called by hand
         self._threads_before = use_torch_threads()  # here, whatever was imported first (see config.py)
         if stage == "fit":
-            if self.env_config.seed is None:
-                self.env_config.seed = draw_env_seed(strategy)
+            if self.env_config.seed is None and not self.run_config.population_seeds:
+                self.env_config.seed = draw_env_seed(strategy)  # given seeds: each member's run draws its own
             # The device is final here (Lightning moves the module there after setup): a torch-backend
             # env is built on it, so rollouts never leave it.
             device = strategy.root_device if strategy else self.device
@@ -192,17 +198,51 @@ class RLModule(L.LightningModule):
     def rank_seed(self) -> int:
         """Seed for this rank's first training sub-env at this point of the run: ranks never share env
         seeds, and a resumed run (``env_steps > 0``) starts new episodes rather than replaying the first."""
-        assert self.env_config.seed is not None
         sub_envs = self.env_config.num_envs * self.population  # a population's: all its members'
-        return self.env_config.seed + self.global_rank * sub_envs + self.env_steps
+        return self.member_env_seeds[0] + self.global_rank * sub_envs + self.env_steps
+
+    @property
+    def training_env_seed(self) -> int | list[int]:
+        """What this rank's training envs are reset with as collection starts (``collect_from``; new
+        episodes after each env restart): ``rank_seed``, sub-env ``i`` getting ``rank_seed + i``. A population
+        of given seeds (``run.population_seeds``): one seed per sub-env, member ``k``'s sub-env ``e`` getting
+        what its own run's would, ``member_env_seeds[k] + rank * num_envs + env_steps + e`` (the torch
+        backend seeds its batch's one generator: with member 0's)."""
+        restarts = 1_000_003 * self.env_restarts
+        if not self.run_config.population_seeds or not seeds_each_sub_env(self.envs):
+            return self.rank_seed + restarts
+        num_envs = self.env_config.num_envs
+        offset = self.global_rank * num_envs + self.env_steps + restarts
+        return [seed + offset + e for seed in self.member_env_seeds for e in range(num_envs)]
 
     @property
     def member_seeds(self) -> list[int]:
-        """Each population member's seed: member ``k`` is the run with ``env.seed`` and ``seed_everything``
-        both ``env.seed + k * env.num_envs`` (its networks built under it, its sub-envs seeded from it as
-        the sub-envs of one vector env of all members' sub-envs are; docs/population.md)."""
+        """Each population member's seed (``seed_everything``): ``run.population_seeds`` where given, else member
+        ``k`` is the run with ``env.seed`` and ``seed_everything`` both ``env.seed + k * env.num_envs``
+        (its sub-envs seeded from it as the sub-envs of one vector env of all members' sub-envs are;
+        docs/population.md). A plain run: its ``env.seed``."""
+        if self.run_config.population_seeds:
+            return list(self.run_config.population_seeds)
         seed = self.env_config.seed or 0
         return [seed + k * self.env_config.num_envs for k in range(self.population)]
+
+    @property
+    def member_env_seeds(self) -> list[int]:
+        """Each member's ``env.seed``, its run's: ``member_seeds`` by default; of given seeds, the config's
+        ``env.seed`` where it sets one (every run of the config has it), else the one the member's run
+        draws (``env_seed_drawn_by``)."""
+        if not self.run_config.population_seeds:
+            assert self.env_config.seed is not None or self.population > 1
+            return self.member_seeds
+        if self.env_config.seed is not None:
+            return [self.env_config.seed] * self.population
+        return [env_seed_drawn_by(seed) for seed in self.run_config.population_seeds]
+
+    def make_population(self, make: Callable[[], torch.nn.Module]) -> Population:
+        """A ``Population`` of the networks ``make()`` builds, member ``k``'s as its run builds them: under
+        its seed, after the env seed that run draws where it draws one (``member_env_seeds``)."""
+        draws = bool(self.run_config.population_seeds) and self.env_config.seed is None
+        return Population(make, self.member_seeds, before_make=(lambda: draw_env_seed(None)) if draws else None)
 
     # ------------------------------------------------------------------------------- collection
     def train_dataloader(self) -> DataLoader:
@@ -335,7 +375,7 @@ class RLModule(L.LightningModule):
         """One deterministic episode per seed (``act_in_env``), all at once: returns and lengths. A
         population plays them with every member, each on its own run's seeds (member-major order)."""
         self.start_episodes()
-        offsets = [seed - (self.env_config.seed or 0) for seed in self.member_seeds] if self.population > 1 else [0]
+        offsets = [seed - (self.env_config.seed or 0) for seed in self.member_env_seeds] if self.population > 1 else [0]
         seeds = [s + offset for offset in offsets for s in seeds]
         return play_episodes(self.act_in_env, self.env_config, seeds, self.device)
 

@@ -15,7 +15,7 @@ from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
 from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
 from rl_lightning.networks.policies import ActorCritic
-from rl_lightning.networks.population import Population, members_first
+from rl_lightning.networks.population import members_first
 from rl_lightning.validation import at_least
 
 ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
@@ -80,7 +80,7 @@ def build_actor_critic(module: Any, observation_space: gym.Space, action_space: 
         return ActorCritic(observation_space, action_space, hp.hidden_sizes, hp.activation, **options)
 
     # A population (run.population): one actor-critic per member, each built as its own run's would be.
-    module.agent = make() if module.population == 1 else Population(make, module.member_seeds)
+    module.agent = make() if module.population == 1 else module.make_population(make)
     module.obs_rms, module.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
 
 

@@ -93,7 +93,7 @@ class CollectorSide:
 
 def collect_from(module: Any, policy: Any, max_restarts: int) -> Any:
     """``RLModule.collect``: one ``collect(policy)`` of the module's experience side, started on the rank's
-    envs at the first call (seeded with ``module.rank_seed``), the env steps counted (all ranks). An
+    envs at the first call (seeded with ``module.training_env_seed``), the env steps counted (all ranks). An
     exception inside is raised as a ``CollectionError`` naming the env and the env step; with
     ``env.restart_on_failure`` the envs are rebuilt (``remake_vector_env``) and the collection tried again,
     up to ``max_restarts`` times in a row, each restart starting new episodes."""
@@ -102,7 +102,7 @@ def collect_from(module: Any, policy: Any, max_restarts: int) -> Any:
         try:
             with naming_env_faults("Experience collection", config.env_id, module.env_steps):
                 if not side.started:
-                    seed = module.rank_seed + 1_000_003 * module.env_restarts  # new episodes after a restart
+                    seed = module.training_env_seed  # new episodes after a restart
                     side.start(module.envs, module.device, seed, module.trainer.world_size, module.graphs)
                 collected = side.collect(policy)
             break

@@ -58,10 +58,13 @@ class EnvBackend(abc.ABC):
         steps_on_device: ``step`` takes and returns torch tensors on ``device(envs)`` (no host copy
             per step; its infos keys are present on every step, masks all-False where no episode ended,
             so that no step has to sync with the device). ``False``: numpy arrays on the host.
+        seeds_each_sub_env: ``reset(seed=[...])`` takes one seed per sub-env. ``False``: one int seeds
+            the batch's one generator.
     """
 
     name: ClassVar[str]
     steps_on_device: ClassVar[bool] = False
+    seeds_each_sub_env: ClassVar[bool] = True
 
     @abc.abstractmethod
     def check_env_id(self, env_id: str) -> None:

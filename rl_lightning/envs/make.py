@@ -135,6 +135,11 @@ def backend_tag(backend: str | None) -> str:
     return f"_{backend}" if backend not in (None, EnvConfig.backend) else ""
 
 
+def seeds_each_sub_env(envs: gym.vector.VectorEnv) -> bool:
+    """Whether ``envs.reset`` takes one seed per sub-env (not the torch backend's one generator)."""
+    return backend_of(envs).seeds_each_sub_env
+
+
 def steps_on_device(envs: gym.vector.VectorEnv) -> bool:
     """Whether ``envs`` take and return tensors on their device (the torch backend): a collector then
     keeps everything there, with no host copy per step."""

@@ -23,6 +23,7 @@ class TorchBackend(EnvBackend):
 
     name = "torch"
     steps_on_device = True
+    seeds_each_sub_env = False  # one generator for the batch
 
     def check_env_id(self, env_id: str) -> None:
         if env_id not in TORCH_ENVS:

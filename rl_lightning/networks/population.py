@@ -47,7 +47,7 @@ class _Apply(nn.Module):
 class Population(nn.Module):
     """``len(seeds)`` members of the network ``make()`` builds, member ``k`` built under
     ``torch.manual_seed(seeds[k])`` (so initialized exactly as a run seeded with ``seeds[k]`` builds it;
-    the global RNG is left as it was), then stacked.
+    ``before_make()`` first, if given; the global RNG is left as it was), then stacked.
 
     ``members`` has the network's structure with every parameter and buffer stacked along a leading
     member dimension (``nn.Parameter``s: ``state_dict``, ``.to(device)``, DDP and optimizers see them);
@@ -60,12 +60,16 @@ class Population(nn.Module):
     one RNG stream for all of them.
     """
 
-    def __init__(self, make: Callable[[], nn.Module], seeds: Sequence[int]) -> None:
+    def __init__(
+        self, make: Callable[[], nn.Module], seeds: Sequence[int], before_make: Callable[[], Any] | None = None
+    ) -> None:
         super().__init__()
         networks = []
         for seed in seeds:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
+                if before_make is not None:  # the draws the seed's run makes before it builds its networks
+                    before_make()
                 networks.append(make())
         self.size = len(networks)
         self.members = copy.deepcopy(networks[0])
