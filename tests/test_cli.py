@@ -74,11 +74,12 @@ def needs_mujoco(config: Path) -> bool:
 
 
 def twin(config: Path) -> pytest.param:
-    """An envpool Atari config (``atari_envpool.yaml``) runs with ``pytest -m slow``: ~12 s each of the budget.
-    Its parts run in the default suite elsewhere: its gymnasium twin (``atari.yaml`` beside it, where one
-    is) differs only in the env id and backend; tests/test_envpool.py covers the backend and its frame
-    stacks; RecurrentPPO's image path is in tests/test_spaces.py."""
-    slow = config.stem == "atari_envpool"
+    """An envpool Atari config runs with ``pytest -m slow``: 10-18 s each of the budget. Its parts run in the
+    default suite elsewhere: its gymnasium twin (``atari.yaml`` beside it, where one is) differs only in the
+    env id and backend; tests/test_envpool.py covers the backend and its frame stacks, tests/test_pqn.py PQN
+    on it; the image networks run in the gymnasium Atari configs and tests/test_spaces.py."""
+    text = config.read_text()
+    slow = "backend: envpool" in text and ("NoFrameskip" in text or "ALE/" in text)
     return pytest.param(config, marks=[pytest.mark.slow] if slow else [], id=f"{config.parent.name}/{config.stem}")
 
 

@@ -36,7 +36,13 @@ def run(cmd: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("algo", sorted(ALGOS))
+# PPO's variants (target_kl stopping, two losses) run with -m slow: ~13 s each; PPO's plain case stays.
+SLOW_VARIANTS = {"ppo_target_kl", "ppo_two_losses"}
+
+
+@pytest.mark.parametrize(
+    "algo", [pytest.param(a, marks=[pytest.mark.slow] if a in SLOW_VARIANTS else []) for a in sorted(ALGOS)]
+)
 def test_ddp_two_ranks_stay_in_sync_and_resume_on_one_device(algo, tmp_path):
     out = run([sys.executable, str(SCRIPT), "--algo", algo, "--out", str(tmp_path)])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]

@@ -183,7 +183,8 @@ def pendulum(cls, seed: int, total: int = 20_000, **kw):
     return build(cls, **args)
 
 
-@pytest.mark.parametrize("cls", [TD3, DDPG])
+# DDPG's (an actor update every step: ~50 s on 2 cores) runs with -m slow; TD3's covers the shared code.
+@pytest.mark.parametrize("cls", [TD3, pytest.param(DDPG, marks=pytest.mark.slow)])
 def test_learns_pendulum_quickly(cls):
     # Random play scores about -1200. Small networks, a short warm-up, two updates per env step and a
     # higher learning rate keep this under a minute (seed 0: TD3 -226, DDPG -150).
