@@ -34,6 +34,11 @@ class RunConfig:
             member ``k`` is the run ``seed_everything: population_seeds[k]`` of this config, its networks
             built, its envs seeded and its evaluation played as that run's (docs/population.md).
             Empty (default): member ``k`` of ``population: N`` is the run of seed ``env.seed + k * env.num_envs``.
+        population_variants: Hyperparameters that differ between members, ``{argument: [one value per
+            member]}`` (``{learning_rate: [3e-4, 1e-3], ent_coef: [0.0, 0.01]}``): member ``k`` is the run
+            with ``argument: values[k]`` (and its seed). Each list as long as the population, which it sets
+            when ``population`` and ``population_seeds`` are left out; the arguments an algorithm can vary
+            per member are its ``member_hyperparameters`` (docs/population.md, "Hyperparameter variants").
     """
 
     total_env_steps: int | None = None
@@ -41,13 +46,14 @@ class RunConfig:
     eval_episodes: int | None = None
     population: int = 1
     population_seeds: list[int] = dataclasses.field(default_factory=list)
+    population_variants: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     def check(self) -> None:
         """``ConfigError`` naming the field and its value (each count at least 1; seeds of a population, 2 or
         more, as many as ``population`` where both are set); for a config with its defaults filled in
         (``resolve_config``)."""
         for f in dataclasses.fields(self):
-            if f.name != "population_seeds":
+            if f.name not in ("population_seeds", "population_variants"):
                 at_least(f"run.{f.name}", getattr(self, f.name), 1)
         seeds = self.population_seeds
         if seeds:
@@ -56,11 +62,23 @@ class RunConfig:
                 self.population in (1, len(seeds)),
                 f"run.population={self.population} but run.population_seeds has {len(seeds)} seeds; set one of them.",
             )
+        for name, values in self.population_variants.items():
+            check(
+                isinstance(values, list | tuple) and len(values) == self.members >= 2,
+                f"run.population_variants.{name} needs one value per member ({self.members} members), got {values!r}.",
+            )
 
     @property
     def members(self) -> int:
-        """The population's size: ``population``, or the number of ``population_seeds``."""
-        return len(self.population_seeds) if self.population_seeds else self.population
+        """The population's size: ``population``, or the number of ``population_seeds``, or of the values of
+        each of ``population_variants``."""
+        if self.population_seeds:
+            return len(self.population_seeds)
+        if self.population == 1 and self.population_variants:
+            return max(
+                len(values) if isinstance(values, list | tuple) else 1 for values in self.population_variants.values()
+            )
+        return self.population
 
 
 DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)
