@@ -368,6 +368,8 @@ class RLModule(L.LightningModule):
         if max_grad_norm is not None:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             finite &= clip_grad_norm_per_member(params, max_grad_norm).isfinite()
+        if self._trainer is not None and self.trainer.world_size > 1:  # DDP: a member steps on all ranks or none
+            finite = self.trainer.strategy.reduce((~finite).float(), reduce_op="sum") == 0
         self.diverged_members |= ~finite
         step_members(optimizer, finite if stepping is None else finite & stepping)
         return torch.where(finite, member_losses.detach(), 0.0).sum()
