@@ -574,6 +574,8 @@ def test_a2c_members_step_rmsprop_with_their_own_learning_rate_and_coefficients(
         (dict(ent_coef=["a", 0.1]), "run.population_variants.ent_coef must be numbers"),
         (dict(ent_coef=[0.1]), r"needs one value per member \(1 members\)"),
         (dict(gamma=[0.99, 1.5]), r"gamma must be in \(0, 1\], got 1.5"),
+        (dict(ent_coef=dict(normal=[0.0, 1.0])), "ent_coef must be a list of values, {uniform: "),
+        (dict(learning_rate=dict(log_uniform=[0.0, 1e-2])), "log_uniform needs low <= high and low > 0"),
     ],
 )
 def test_bad_population_variants_are_refused_in_one_line(variants, message):
@@ -603,3 +605,18 @@ def test_a_population_with_variants_fits_and_logs_each_members_values():
     assert model.env_steps == 256
     assert logger.rows["member_1/hp/ent_coef"] == 0.01 and logger.rows["member_0/hp/learning_rate"] == 1e-3
     assert logger.rows["member_1/train/learning_rate"] < 3e-3 and "member_0/val/episode_return" in logger.rows
+
+
+def test_sampled_variants_are_drawn_from_each_members_seed():
+    spec = dict(learning_rate=dict(log_uniform=[1e-4, 1e-2]), ent_coef=dict(uniform=[0.0, 0.1]))
+    population = population_ppo(population=4, population_variants=spec)
+    lrs, ent_coefs = population.variants["learning_rate"], population.variants["ent_coef"]
+    assert all(1e-4 <= v <= 1e-2 for v in lrs) and all(0 <= v <= 0.1 for v in ent_coefs)
+    assert len(set(lrs)) == 4 and lrs != ent_coefs
+    assert population_ppo(population=4, population_variants=spec).variants == population.variants  # reproducible
+    # A member's value is its seed's: seed 7 is member 1 here (env.seed 5 + 1 * num_envs) and member 0 there.
+    given = population_ppo(population=1, population_seeds=[7, 11], population_variants=spec)
+    assert given.variants["learning_rate"][0] == lrs[1]
+    assert torch.equal(population.member_hparam("ent_coef"), torch.tensor(ent_coefs))
+    with pytest.raises(ConfigError, match="draws each member's value from its seed: set env.seed"):
+        population_ppo(population=2, env=EnvConfig("CartPole-v1", num_envs=2), population_variants=spec)

@@ -46,7 +46,15 @@ from rl_lightning.checkpointing import (
     restore_module_state,
     save_module_state,
 )
-from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig, as_config, resolve_config, use_torch_threads
+from rl_lightning.config import (
+    DEFAULT_RUN,
+    ReplayConfig,
+    RunConfig,
+    as_config,
+    resolve_config,
+    sample_variant,
+    use_torch_threads,
+)
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.dataset import StepPacer
 from rl_lightning.data.experience import ExperienceSide, collect_from
@@ -489,10 +497,12 @@ def check_population(algorithm: type[RLModule], population: int) -> None:
         )
 
 
-def check_variants(module: RLModule, variants: dict[str, list[float]]) -> dict[str, list[float]]:
+def check_variants(module: RLModule, variants: dict[str, Any]) -> dict[str, list[float]]:
     """``run.population_variants`` checked against ``module``'s arguments: each an argument it has and can vary
-    per member (``member_hyperparameters``), with finite numbers; returns them as floats."""
+    per member (``member_hyperparameters``), with finite numbers; returns each member's values as floats,
+    those to sample drawn from each member's seed (``sample_variant``)."""
     algorithm = type(module).__name__
+    resolved = {}
     for name, values in variants.items():
         if name not in module.hparams or name in ("env", "run"):
             raise ConfigError(f"run.population_variants: {algorithm} has no argument {name!r}.")
@@ -501,11 +511,19 @@ def check_variants(module: RLModule, variants: dict[str, list[float]]) -> dict[s
             raise ConfigError(
                 f"run.population_variants: {algorithm}'s {name} cannot differ between members (those that can: {can})."
             )
+        if isinstance(values, dict):
+            check(
+                module.env_config.seed is not None or bool(module.run_config.population_seeds),
+                f"run.population_variants.{name} draws each member's value from its seed: set env.seed or "
+                "run.population_seeds.",
+            )
+            values = [sample_variant(values, seed, name) for seed in module.member_seeds]
         check(
             all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values),
             f"run.population_variants.{name} must be numbers, got {values!r}.",
         )
-    return {name: [float(v) for v in values] for name, values in variants.items()}
+        resolved[name] = [float(v) for v in values]
+    return resolved
 
 
 def report_diverged_members(module: RLModule, reported: Tensor | None) -> Tensor:
