@@ -251,11 +251,16 @@ def step_members(optimizer: Any, members: Tensor) -> None:
         return
     lrs = [group["lr"] for group in inner.param_groups]
     per_member_lr = any(isinstance(lr, Tensor) and lr.dim() == 1 for lr in lrs)
-    if bool(members.all()) and not per_member_lr:
+    everyone = bool(members.all())
+    if everyone and not per_member_lr:
         optimizer.step()
         return
     params = [p for group in inner.param_groups for p in group["params"]]
-    kept = [(t, t.clone()) for p in params for t in (p, *inner.state[p].values()) if _stacked_like(t, p)]
+    # What is put back: the parameters and state of the members that do not step; every parameter as it
+    # was before a step at lr = 1 (the displacement each member's lr scales).
+    kept = [(p, p.clone()) for p in params]
+    if not everyone:
+        kept += [(t, t.clone()) for p in params for t in inner.state[p].values() if _stacked_like(t, p)]
     if per_member_lr:
         for group in inner.param_groups:
             group["lr"] = 1.0
@@ -270,8 +275,9 @@ def step_members(optimizer: Any, members: Tensor) -> None:
             for group, lr in zip(inner.param_groups, lrs, strict=True):
                 for p in group["params"]:
                     p.copy_(torch.lerp(befores[id(p)], p, lr.to(p).view(member_view(p))))
-        for t, before in kept:
-            t.copy_(torch.where(members.view(member_view(t)), t, before))
+        if not everyone:
+            for t, before in kept:
+                t.copy_(torch.where(members.view(member_view(t)), t, before))
 
 
 def member_learning_rates(optimizer: torch.optim.Optimizer, lr: Tensor) -> torch.optim.Optimizer:
