@@ -39,7 +39,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import Logger  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 
-from rl_lightning import PPO, SAC, TD3, EnvConfig, RecurrentPPO, RLModule  # noqa: E402
+from rl_lightning import A2C, PPO, SAC, TD3, EnvConfig, RecurrentPPO, RLModule  # noqa: E402
 from rl_lightning.checkpointing import AtomicCheckpointIO  # noqa: E402
 from rl_lightning.data.rollout import gae_batch  # noqa: E402
 from rl_lightning.envs.make import episode_stats  # noqa: E402
@@ -134,6 +134,18 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
         total_env_steps=steps,
         population_variants={"learning_rate": [1e-3, 3e-4], "ent_coef": [0.0, 0.01], "clip_coef": [0.2, 0.1]},
         **PPO_ARGS,
+    ),
+    # A2C's RMSprop with each member's learning rate (step_members), and each member's gamma. 64 env steps
+    # per rollout over 2 ranks (32 with 1).
+    "a2c_population": lambda steps: build(
+        A2C,
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        total_env_steps=steps,
+        num_steps=8,
+        rollouts_per_step=2,
+        env_steps_per_epoch=256,
+        eval_episodes=3,
+        population_variants={"learning_rate": [7e-4, 2e-3], "gamma": [0.99, 0.9]},
     ),
     "ppo_population_diverging": lambda steps: build(
         PPOMemberDivergesOnOneRank,

@@ -36,7 +36,7 @@ def run(cmd: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )
 
 
-SLOW = {"ppo_population", "ppo_population_diverging"}  # the default suite is at its time budget
+SLOW = {"ppo_population", "ppo_population_diverging", "a2c_population"}  # the default suite is at its time budget
 
 
 @pytest.mark.parametrize("algo", [pytest.param(a, marks=pytest.mark.slow) if a in SLOW else a for a in sorted(ALGOS)])
