@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import os
+import random
 from typing import Any, TypeVar
 
 import torch
@@ -34,6 +36,13 @@ class RunConfig:
             member ``k`` is the run ``seed_everything: population_seeds[k]`` of this config, its networks
             built, its envs seeded and its evaluation played as that run's (docs/population.md).
             Empty (default): member ``k`` of ``population: N`` is the run of seed ``env.seed + k * env.num_envs``.
+        population_variants: Hyperparameters that differ between members, ``{argument: [one value per
+            member]}`` (``{learning_rate: [3e-4, 1e-3], ent_coef: [0.0, 0.01]}``): member ``k`` is the run
+            with ``argument: values[k]`` (and its seed). Each list as long as the population, which it sets
+            when ``population`` and ``population_seeds`` are left out; or ``{argument: {uniform: [low, high]}}``
+            (or ``log_uniform``): each member's value drawn from its seed (``env.seed`` or
+            ``population_seeds`` must be set). The arguments an algorithm can vary per member are its
+            ``member_hyperparameters`` (docs/population.md, "Hyperparameter variants").
     """
 
     total_env_steps: int | None = None
@@ -41,13 +50,14 @@ class RunConfig:
     eval_episodes: int | None = None
     population: int = 1
     population_seeds: list[int] = dataclasses.field(default_factory=list)
+    population_variants: dict[str, list[float] | dict[str, list[float]]] = dataclasses.field(default_factory=dict)
 
     def check(self) -> None:
         """``ConfigError`` naming the field and its value (each count at least 1; seeds of a population, 2 or
         more, as many as ``population`` where both are set); for a config with its defaults filled in
         (``resolve_config``)."""
         for f in dataclasses.fields(self):
-            if f.name != "population_seeds":
+            if f.name not in ("population_seeds", "population_variants"):
                 at_least(f"run.{f.name}", getattr(self, f.name), 1)
         seeds = self.population_seeds
         if seeds:
@@ -56,11 +66,52 @@ class RunConfig:
                 self.population in (1, len(seeds)),
                 f"run.population={self.population} but run.population_seeds has {len(seeds)} seeds; set one of them.",
             )
+        for name, values in self.population_variants.items():
+            if isinstance(values, dict):
+                check_sampled_variant(name, values, self.members)
+                continue
+            check(
+                isinstance(values, list | tuple) and len(values) == self.members >= 2,
+                f"run.population_variants.{name} needs one value per member ({self.members} members), got {values!r}.",
+            )
 
     @property
     def members(self) -> int:
-        """The population's size: ``population``, or the number of ``population_seeds``."""
-        return len(self.population_seeds) if self.population_seeds else self.population
+        """The population's size: ``population``, or the number of ``population_seeds``, or of the values of
+        each of ``population_variants``."""
+        if self.population_seeds:
+            return len(self.population_seeds)
+        listed = [len(v) for v in self.population_variants.values() if isinstance(v, list | tuple)]
+        if self.population == 1 and listed:
+            return max(listed)
+        return self.population
+
+
+def check_sampled_variant(name: str, spec: dict, members: int) -> None:
+    """``ConfigError`` unless ``spec`` is ``{uniform: [low, high]}`` or ``{log_uniform: [low, high]}`` (low <= high,
+    low > 0 for log_uniform) for a population of 2 or more."""
+    where = f"run.population_variants.{name}"
+    check(members >= 2, f"{where} draws one value per member: set run.population (2 or more) or population_seeds.")
+    (kind, bounds), *rest = spec.items() if spec else ((None, None),)
+    check(
+        not rest and kind in ("uniform", "log_uniform") and isinstance(bounds, list | tuple) and len(bounds) == 2,
+        f"{where} must be a list of values, {{uniform: [low, high]}} or {{log_uniform: [low, high]}}, got {spec!r}.",
+    )
+    low, high = bounds
+    check(
+        (low <= high) and (kind == "uniform" or low > 0),
+        f"{where}: {kind} needs low <= high{' and low > 0' if kind == 'log_uniform' else ''}, got {bounds!r}.",
+    )
+
+
+def sample_variant(spec: dict, seed: int, name: str) -> float:
+    """A value of ``spec`` (``check_sampled_variant``'s) drawn for the member of ``seed``: the same for the same
+    seed and argument in any process (its own generator, not the global RNGs)."""
+    ((kind, (low, high)),) = spec.items()
+    u = random.Random(f"{seed}/{name}").random()
+    if kind == "uniform":
+        return low + u * (high - low)
+    return math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
 
 
 DEFAULT_RUN = RunConfig(total_env_steps=1_000_000, env_steps_per_epoch=10_000, eval_episodes=20)

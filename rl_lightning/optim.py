@@ -37,12 +37,14 @@ def linear_schedule(start: float, end: float, duration: float, t: float) -> floa
     return start + (end - start) * min(t / duration, 1.0)
 
 
-def anneal_linearly(optimizer: torch.optim.Optimizer, start: float, duration: float, t: float) -> None:
+def anneal_linearly(optimizer: torch.optim.Optimizer, start: float | Tensor, duration: float, t: float) -> None:
     """Set the learning rate to ``start`` decayed linearly to 0 at ``t = duration`` (in place where it
-    is a tensor: a CUDA graph reads it from there)."""
+    is a tensor: a CUDA graph reads it from there; ``start`` a tensor: a population's per-member rates)."""
     lr = start * linear_schedule(1.0, 0.0, duration, t)
     for group in optimizer.param_groups:
-        if isinstance(group["lr"], Tensor):
+        if isinstance(lr, Tensor):
+            group["lr"].copy_(lr)
+        elif isinstance(group["lr"], Tensor):
             group["lr"].fill_(lr)
         else:
             group["lr"] = lr

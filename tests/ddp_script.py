@@ -12,6 +12,8 @@ Checked on every rank, as the run goes (a failed check exits non-zero):
 - evaluation: the ranks play disjoint seeds covering all episodes, and the logged mean equals the mean
   over all episodes (not the mean of per-rank means);
 - checkpoints are written by rank 0 only.
+A population (``ppo_population``) is checked the same way: every rank holds every member, whose gradients
+DDP averages across ranks member by member; env steps count per member.
 Rank 0 writes what it saw to ``<out>/result.json``; the test asserts on it.
 
 Adding an algorithm to the DDP tests is one entry in ``ALGOS``.
@@ -37,7 +39,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import Logger  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 
-from rl_lightning import PPO, SAC, TD3, EnvConfig, RecurrentPPO, RLModule  # noqa: E402
+from rl_lightning import A2C, PPO, SAC, TD3, EnvConfig, RecurrentPPO, RLModule  # noqa: E402
 from rl_lightning.checkpointing import AtomicCheckpointIO  # noqa: E402
 from rl_lightning.data.rollout import gae_batch  # noqa: E402
 from rl_lightning.envs.make import episode_stats  # noqa: E402
@@ -70,6 +72,18 @@ class PPOTwoLosses(PPO):
     def configure_optimizers(self):
         actor = [*self.agent.actor_body.parameters(), *self.agent.head.parameters()]
         return torch.optim.Adam(actor, lr=1e-3), torch.optim.Adam(self.agent.critic.parameters(), lr=1e-3)
+
+
+class PPOMemberDivergesOnOneRank(PPO):
+    """A population whose member 1 gets a non-finite loss on rank 1 only, from the third rollout on: both
+    ranks must freeze it alike (their divergence decisions reduced across ranks) or their members drift."""
+
+    def minibatch_update(self, *minibatch):
+        if self.global_rank == 1 and self.env_steps > 256:
+            returns = minibatch[5].clone()
+            returns[1] = float("nan")
+            minibatch = (*minibatch[:5], returns)
+        return super().minibatch_update(*minibatch)
 
 
 PPO_ARGS = dict(num_steps=16, num_minibatches=2, update_epochs=2, env_steps_per_epoch=256, eval_episodes=3)
@@ -112,6 +126,34 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
     "recurrent_ppo": lambda steps: build(
         RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, hidden_size=16, **PPO_ARGS
     ),
+    # A population under DDP: every rank holds all members; each member's gradients averaged across ranks
+    # (data parallelism per member, as a single run's DDP). Members differ in seed and hyperparameters.
+    "ppo_population": lambda steps: build(
+        PPO,
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        total_env_steps=steps,
+        population_variants={"learning_rate": [1e-3, 3e-4], "ent_coef": [0.0, 0.01], "clip_coef": [0.2, 0.1]},
+        **PPO_ARGS,
+    ),
+    # A2C's RMSprop with each member's learning rate (step_members), and each member's gamma. 64 env steps
+    # per rollout over 2 ranks (32 with 1).
+    "a2c_population": lambda steps: build(
+        A2C,
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        total_env_steps=steps,
+        num_steps=8,
+        rollouts_per_step=2,
+        env_steps_per_epoch=256,
+        eval_episodes=3,
+        population_variants={"learning_rate": [7e-4, 2e-3], "gamma": [0.99, 0.9]},
+    ),
+    "ppo_population_diverging": lambda steps: build(
+        PPOMemberDivergesOnOneRank,
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        total_env_steps=steps,
+        population=2,
+        **PPO_ARGS,
+    ),
     "ppo_two_losses": lambda steps: build(
         PPOTwoLosses, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, **PPO_ARGS
     ),
@@ -150,7 +192,7 @@ class RankChecks(L.Callback):
 
         def counting_step(actions):
             out = step(actions)
-            self.local_env_steps += envs.num_envs
+            self.local_env_steps += envs.num_envs // pl_module.population  # a population's count per member
             if (stats := episode_stats(out[4])) is not None:
                 ended, returns, _ = stats
                 self.episodes[0] += float(returns[ended].sum())
@@ -166,8 +208,9 @@ class RankChecks(L.Callback):
             [p.grad.reshape(-1) for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         )
         everyone = gather(grads)
-        for other in everyone[1:]:
-            assert torch.equal(everyone[0], other), "gradients differ across ranks: no DDP all-reduce"
+        for other in everyone[1:]:  # NaN alike: a diverged population member's, all-reduced
+            same = (everyone[0] == other) | (everyone[0].isnan() & other.isnan())
+            assert bool(same.all()), "gradients differ across ranks: no DDP all-reduce"
         self.grad_checks += 1
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -195,6 +238,15 @@ class MemoryLogger(Logger):
 
     def log_hyperparams(self, params, *args, **kwargs) -> None:
         pass
+
+
+def first_values(rows: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """Each logged key's first value."""
+    first: dict[str, float] = {}
+    for _, row in rows:
+        for name, value in row.items():
+            first.setdefault(name, value)
+    return first
 
 
 def main() -> None:
@@ -274,6 +326,8 @@ def main() -> None:
         },
         "logged_env_steps": max(row.get("time/env_steps", 0.0) for _, row in logger.rows),
         "ddp_find_unused_parameters": checks.ddp_find_unused_parameters,
+        "logged": first_values(logger.rows),
+        "diverged_members": model.diverged_members.tolist() if model.population > 1 else [],
     }
     (args.out / "result.json").write_text(json.dumps(result, indent=1))
 

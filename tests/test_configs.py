@@ -45,7 +45,12 @@ def test_checkpoints_hold_the_resolved_configs(tmp_path):
     hparams = torch.load(tmp_path / "last.ckpt", weights_only=True)["hyper_parameters"]
     assert hparams["replay"] == dataclasses.asdict(ReplayConfig(500, 32, 32, 4, 1, 1, False, False))
     assert hparams["run"] == dict(
-        total_env_steps=64, env_steps_per_epoch=64, eval_episodes=1, population=1, population_seeds=[]
+        total_env_steps=64,
+        env_steps_per_epoch=64,
+        eval_episodes=1,
+        population=1,
+        population_seeds=[],
+        population_variants={},
     )
     assert hparams["env"]["seed"] is not None  # the seed drawn in setup
     assert DQN.load_from_checkpoint(tmp_path / "last.ckpt", weights_only=True).replay_config == model.replay_config

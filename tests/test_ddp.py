@@ -36,13 +36,12 @@ def run(cmd: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )
 
 
-# PPO's variants (target_kl stopping, two losses) run with -m slow: ~13 s each; PPO's plain case stays.
-SLOW_VARIANTS = {"ppo_target_kl", "ppo_two_losses"}
+# With -m slow (the default suite is at its time budget): PPO's variants (target_kl stopping, two losses;
+# PPO's plain case stays) and the populations, ~13-18 s each.
+SLOW = {"ppo_target_kl", "ppo_two_losses", "ppo_population", "ppo_population_diverging", "a2c_population"}
 
 
-@pytest.mark.parametrize(
-    "algo", [pytest.param(a, marks=[pytest.mark.slow] if a in SLOW_VARIANTS else []) for a in sorted(ALGOS)]
-)
+@pytest.mark.parametrize("algo", [pytest.param(a, marks=pytest.mark.slow) if a in SLOW else a for a in sorted(ALGOS)])
 def test_ddp_two_ranks_stay_in_sync_and_resume_on_one_device(algo, tmp_path):
     out = run([sys.executable, str(SCRIPT), "--algo", algo, "--out", str(tmp_path)])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
@@ -78,6 +77,15 @@ def test_ddp_two_ranks_stay_in_sync_and_resume_on_one_device(algo, tmp_path):
     trainer.fit(model, ckpt_path=r["last_ckpt"])
     assert model.env_steps == 1536
     assert trainer.global_step > r["global_step"]
+    if algo == "ppo_population_diverging":  # non-finite on rank 1 only, frozen on both (parameters equal above)
+        assert r["diverged_members"] == [False, True] and model.diverged_members.tolist() == [False, True]
+    if algo == "ppo_population":  # members' parameters equal across ranks (checked above); logged per member
+        logged = r["logged"]
+        assert {f"member_{k}/{m}" for k in (0, 1) for m in ("train/policy_loss", "val/episode_return")} <= set(logged)
+        assert logged["member_0/hp/learning_rate"] == 1e-3 and logged["member_1/hp/clip_coef"] == pytest.approx(0.1)
+        # Each member's own rate, annealed after the first rollout of 2 ranks x 64 env steps per member.
+        assert logged["member_0/train/learning_rate"] == pytest.approx(1e-3 * (1 - 128 / 1024))
+        assert logged["member_1/train/learning_rate"] == pytest.approx(3e-4 * (1 - 128 / 1024))
 
 
 def free_port() -> int:

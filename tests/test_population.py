@@ -12,12 +12,15 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch.loggers import Logger
 
 from rl_lightning import A2C, PPO, EnvConfig, RecurrentPPO
+from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import report_diverged_members
 from rl_lightning.algorithms.ppo import PPOLoss
 from rl_lightning.callbacks import LastCheckpoint, RecordEpisodes
 from rl_lightning.cli import main
+from rl_lightning.data.rollout import Rollout, gae_batch
 from rl_lightning.errors import ConfigError, DivergenceError
 from rl_lightning.networks.policies import ActorCritic
 from rl_lightning.networks.population import (
@@ -234,8 +237,8 @@ def test_a_diverged_member_is_frozen_and_reported_and_the_others_train_on():
 def test_a_member_that_diverges_in_a_fit_is_frozen_and_the_run_goes_on(monkeypatch):
     map_members = Population.map
 
-    def map_with_a_nan_member(self, fn, *inputs):
-        out = map_members(self, fn, *inputs)
+    def map_with_a_nan_member(self, fn, *inputs, **options):
+        out = map_members(self, fn, *inputs, **options)
         return out._replace(loss=out.loss * torch.tensor([1.0, math.nan, 1.0])) if isinstance(out, PPOLoss) else out
 
     monkeypatch.setattr(Population, "map", map_with_a_nan_member)
@@ -443,3 +446,177 @@ def test_a_member_of_given_seeds_starts_as_the_single_run_of_its_seed():
 def test_bad_population_seeds_are_refused(population, seeds, message):
     with pytest.raises(ConfigError, match=message):
         population_ppo(population=population, population_seeds=seeds)
+
+
+# Hyperparameter variants (run.population_variants): member k is the run with its own values.
+PPO_VARIANTS = dict(
+    learning_rate=[1e-3, 3e-4, 2e-2],
+    ent_coef=[0.0, 0.05, 0.2],
+    clip_coef=[0.2, 0.05, 0.3],
+    vf_coef=[0.5, 1.0, 0.25],
+    max_grad_norm=[0.1, 5.0, 0.3],
+)
+
+
+def test_a_members_update_with_its_own_hyperparameters_equals_the_single_run_with_them():
+    """population_variants: member k's loss, clipped gradients and Adam step from the same rollout batch are
+    those of the single PPO with its seed and its values (learning rate, entropy, value and clipping
+    coefficients, gradient-norm threshold), not of another member's."""
+    population = population_ppo(population=1, num_minibatches=1, population_variants=PPO_VARIANTS)
+    assert population.population == 3  # set by the lists
+    population.build_for_env()
+    opt = population.configure_optimizers()
+    population.optimizers = lambda: opt
+    population.manual_backward = lambda loss: loss.backward()
+    population.updating = torch.ones(3, dtype=torch.bool)
+    s = 32
+    batch = (
+        torch.randn(3, s, 4),
+        torch.randint(0, 2, (3, s)),
+        torch.randn(3, s) * 0.3 - 0.7,
+        torch.randn(3, s) * 3,
+        torch.randn(3, s),
+        torch.randn(3, s) * 30,
+    )
+    before = [p.detach().clone() for p in population.agent.parameters()]
+    out = population.minibatch_update(*batch)
+    out = population.minibatch_update(*batch)  # a second step: Adam's moments, each member's own lr
+    for k, seed in enumerate(population.member_seeds):
+        values = {name: v[k] for name, v in PPO_VARIANTS.items()}
+        torch.manual_seed(seed)
+        single = population_ppo(population=1, num_minibatches=1, **values)
+        single.build_for_env()
+        single_opt = make_adam(single.agent.parameters(), values["learning_rate"], 1e-5, fused=True)
+        for _ in range(2):
+            single_opt.zero_grad()
+            loss = single.minibatch_loss(*(x[k] for x in batch))
+            loss.loss.backward()
+            torch.nn.utils.clip_grad_norm_(single.agent.parameters(), values["max_grad_norm"])
+            single_opt.step()
+        for name in ("policy_loss", "value_loss", "entropy", "clip_fraction"):
+            torch.testing.assert_close(getattr(out, name)[k], getattr(loss, name).detach(), msg=name)
+        members = population.agent.members.named_parameters()
+        for (name, p), q, b in zip(members, single.agent.parameters(), before, strict=True):
+            torch.testing.assert_close(p.grad[k], q.grad, msg=name)
+            torch.testing.assert_close(p[k], q, msg=name)
+            assert not torch.equal(p[k], b[k])
+    assert out.clip_fraction[1] > out.clip_fraction[2]  # the narrower clip range clips more (old logprobs random)
+
+
+def test_each_member_discounts_with_its_own_gamma_and_gae_lambda_and_anneals_its_own_lr():
+    variants = dict(gamma=[0.9, 0.99], gae_lambda=[1.0, 0.8], learning_rate=[1e-3, 1e-2])
+    population = population_ppo(population=2, population_variants=variants, total=1000)
+    population.build_for_env()
+    t, e = 16, 2  # rollout [num_steps, N * E], member k's sub-envs the E from k * E
+    rollout = Rollout(
+        obs=torch.randn(t, 2 * e, 4),
+        actions=torch.randint(0, 2, (t, 2 * e)),
+        logprobs=torch.randn(t, 2 * e),
+        values=torch.randn(t, 2 * e),
+        rewards=torch.randn(t, 2 * e),
+        terminated=torch.rand(t, 2 * e) < 0.2,
+        truncated=torch.rand(t, 2 * e) < 0.2,
+        next_values=torch.randn(t, 2 * e),
+    )
+    b = on_policy.gae_member_batch(population, rollout)
+    for k in range(2):
+        mine = Rollout(*(x[:, k * e : (k + 1) * e] for x in rollout))
+        single = gae_batch(mine, variants["gamma"][k], variants["gae_lambda"][k])
+        torch.testing.assert_close(b.advantages[k], single.advantages)
+        torch.testing.assert_close(b.returns[k], single.returns)
+    assert not torch.allclose(b.advantages[0], gae_batch(Rollout(*(x[:, :e] for x in rollout)), 0.99, 0.95).advantages)
+
+    opt = population.configure_optimizers()
+    population.env_steps = 250  # a quarter of the budget: each member's lr at 3/4 of its own
+    population.anneal_learning_rate(opt, population.member_hparam("learning_rate"))
+    torch.testing.assert_close(opt.param_groups[0]["lr"], torch.tensor([7.5e-4, 7.5e-3]))
+    assert population.variant_learning_rate.tolist() == pytest.approx([1e-3, 1e-2])  # the start values kept
+
+
+def test_a2c_members_step_rmsprop_with_their_own_learning_rate_and_coefficients():
+    variants = dict(learning_rate=[7e-4, 5e-3], ent_coef=[0.0, 0.1], vf_coef=[0.5, 2.0], max_grad_norm=[0.5, 0.05])
+    env = EnvConfig("CartPole-v1", num_envs=2, seed=5)
+    population = build(A2C, env=env, population_variants=variants, hidden_sizes=(8, 8))
+    population.build_for_env()
+    opt = population.configure_optimizers()  # torch's RMSprop, each member's lr applied by step_members
+    population.optimizers = lambda: opt
+    population.manual_backward = lambda loss: loss.backward()
+    batch = (torch.randn(2, 10, 4), torch.randint(0, 2, (2, 10)), torch.randn(2, 10), torch.randn(2, 10) * 5)
+    for _ in range(2):
+        out = population.rollout_update(*batch)
+    for k, seed in enumerate(population.member_seeds):
+        values = {name: v[k] for name, v in variants.items()}
+        torch.manual_seed(seed)
+        single = build(A2C, env=EnvConfig("CartPole-v1", num_envs=2, seed=seed), hidden_sizes=(8, 8), **values)
+        single.build_for_env()
+        single_opt = single.configure_optimizers()
+        for _ in range(2):
+            single_opt.zero_grad()
+            loss = single.agent_loss(single.agent, *(x[k] for x in batch))
+            loss.loss.backward()
+            torch.nn.utils.clip_grad_norm_(single.agent.parameters(), values["max_grad_norm"])
+            single_opt.step()
+        torch.testing.assert_close(out.entropy[k], loss.entropy.detach())
+        for p, q in zip(population.agent.parameters(), single.agent.parameters(), strict=True):
+            torch.testing.assert_close(p[k], q)
+    assert isinstance(opt.param_groups[0]["lr"], torch.Tensor)  # kept per member between steps
+
+
+@pytest.mark.parametrize(
+    "variants, message",
+    [
+        (dict(learnig_rate=[1e-3, 1e-4]), "run.population_variants: PPO has no argument 'learnig_rate'."),
+        (
+            dict(ent_coef=[0.0, 0.01, 0.02]),
+            r"run.population_variants.ent_coef needs one value per member \(2 members\)",
+        ),
+        (dict(update_epochs=[1, 2]), "PPO's update_epochs cannot differ between members"),
+        (dict(ent_coef=["a", 0.1]), "run.population_variants.ent_coef must be numbers"),
+        (dict(ent_coef=[0.1]), r"needs one value per member \(1 members\)"),
+        (dict(gamma=[0.99, 1.5]), r"gamma must be in \(0, 1\], got 1.5"),
+        (dict(ent_coef=dict(normal=[0.0, 1.0])), "ent_coef must be a list of values, {uniform: "),
+        (dict(learning_rate=dict(log_uniform=[0.0, 1e-2])), "log_uniform needs low <= high and low > 0"),
+    ],
+)
+def test_bad_population_variants_are_refused_in_one_line(variants, message):
+    population = 1 if variants.get("ent_coef") == [0.1] else 2
+    with pytest.raises(ConfigError, match=message):
+        population_ppo(population=population, population_variants=variants)
+
+
+def test_a_population_with_variants_fits_and_logs_each_members_values():
+    class Rows(Logger):
+        name, version = "rows", 0
+
+        def __init__(self):
+            super().__init__()
+            self.rows = {}
+
+        def log_metrics(self, metrics, step=None):
+            self.rows.update(metrics)
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+    logger = Rows()
+    variants = dict(ent_coef=[0.0, 0.01], learning_rate=[1e-3, 3e-3])
+    model = population_ppo(population=2, population_variants=variants, total=256)
+    quick_trainer(logger=logger, log_every_n_steps=1).fit(model)
+    assert model.env_steps == 256
+    assert logger.rows["member_1/hp/ent_coef"] == 0.01 and logger.rows["member_0/hp/learning_rate"] == 1e-3
+    assert logger.rows["member_1/train/learning_rate"] < 3e-3 and "member_0/val/episode_return" in logger.rows
+
+
+def test_sampled_variants_are_drawn_from_each_members_seed():
+    spec = dict(learning_rate=dict(log_uniform=[1e-4, 1e-2]), ent_coef=dict(uniform=[0.0, 0.1]))
+    population = population_ppo(population=4, population_variants=spec)
+    lrs, ent_coefs = population.variants["learning_rate"], population.variants["ent_coef"]
+    assert all(1e-4 <= v <= 1e-2 for v in lrs) and all(0 <= v <= 0.1 for v in ent_coefs)
+    assert len(set(lrs)) == 4 and lrs != ent_coefs
+    assert population_ppo(population=4, population_variants=spec).variants == population.variants  # reproducible
+    # A member's value is its seed's: seed 7 is member 1 here (env.seed 5 + 1 * num_envs) and member 0 there.
+    given = population_ppo(population=1, population_seeds=[7, 11], population_variants=spec)
+    assert given.variants["learning_rate"][0] == lrs[1]
+    assert torch.equal(population.member_hparam("ent_coef"), torch.tensor(ent_coefs))
+    with pytest.raises(ConfigError, match="draws each member's value from its seed: set env.seed"):
+        population_ppo(population=2, env=EnvConfig("CartPole-v1", num_envs=2), population_variants=spec)

@@ -26,7 +26,6 @@ from torch import Tensor
 from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.rollout import gae_batch
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.networks.mlp import Activation
 from rl_lightning.validation import actor_critic_loss_args, at_least, on_policy_args, one_of
@@ -45,8 +44,8 @@ def a2c_loss(
     values: Tensor,
     returns: Tensor,
     entropy: Tensor,
-    ent_coef: float,
-    vf_coef: float,
+    ent_coef: float | Tensor,
+    vf_coef: float | Tensor,
 ) -> A2CLoss:
     """The A2C objective on one rollout (advantages and returns are constants).
 
@@ -81,6 +80,7 @@ class A2C(RLModule):
 
     action_spaces = on_policy.ACTION_SPACES
     trains_populations = True
+    member_hyperparameters = ("learning_rate", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
 
     def __init__(
         self,
@@ -105,8 +105,9 @@ class A2C(RLModule):
         super().__init__(env, run)
         self.env_steps_per_iteration = self.env_config.num_envs * num_steps  # one rollout
         self.iterations_per_step = rollouts_per_step
-        on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
-        actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
+        for hp in self.members_hparams():  # each member's values (population_variants) checked as its run's
+            on_policy_args(num_steps, hp["learning_rate"], hp["gamma"], hidden_sizes, activation)
+            actor_critic_loss_args(hp["gae_lambda"], hp["ent_coef"], hp["vf_coef"], hp["max_grad_norm"])
         at_least("rollouts_per_step", rollouts_per_step, 1)
         one_of("optimizer", optimizer, ("rmsprop", "adam"))
         on_policy.check_population_options(self)
@@ -120,11 +121,8 @@ class A2C(RLModule):
     # --------------------------------------------------------------------------------- training
     def training_step(self, iterations: int, batch_idx: int) -> Tensor:
         """``iterations`` rollouts (``rollouts_per_step``), each followed by one update."""
-        hp = self.hparams
         opt = self.optimizers()
-        for b in on_policy.rollout_batches(
-            self, iterations, lambda rollout: on_policy.member_batch(self, gae_batch(rollout, hp.gamma, hp.gae_lambda))
-        ):
+        for b in on_policy.rollout_batches(self, iterations, lambda rollout: on_policy.gae_member_batch(self, rollout)):
             out = self.run_update(self.rollout_update, b.obs, b.actions, b.advantages, b.returns)
 
         if self.should_log():  # the last update of the step
@@ -144,28 +142,38 @@ class A2C(RLModule):
         member's loss on its own rollout at once, each field ``(members,)``, its ``loss`` the sum over the
         members that did not diverge (``population_step``)."""
         hp = self.hparams
-        if self.population > 1:
-            out = self.agent.map(self.agent_loss, obs, actions, advantages, returns)
-            loss = self.population_step(self.optimizers(), out.loss, hp.max_grad_norm)
+        if self.population > 1:  # a member's own values of the hyperparameters the members vary (population_variants)
+            out = self.agent.map(self.agent_loss, obs, actions, advantages, returns, **self.loss_coefficients())
+            loss = self.population_step(self.optimizers(), out.loss, self.member_hparam("max_grad_norm"))
             return A2CLoss(loss, *(t.detach() for t in out[1:]))
         out = self.agent_loss(self.agent, obs, actions, advantages, returns)
         self.gradient_step(self.optimizers(), out.loss, hp.max_grad_norm)
         return A2CLoss(*(t.detach() for t in out))
 
-    def agent_loss(self, agent: Any, obs: Tensor, actions: Tensor, advantages: Tensor, returns: Tensor) -> A2CLoss:
-        """The A2C objective of ``agent`` on a rollout: the module's own, or a population member's (under ``vmap``)."""
-        hp = self.hparams
-        if hp.norm_adv:
+    def agent_loss(
+        self, agent: Any, obs: Tensor, actions: Tensor, advantages: Tensor, returns: Tensor, **coefficients: Any
+    ) -> A2CLoss:
+        """The A2C objective of ``agent`` on a rollout: the module's own, or a population member's (under ``vmap``,
+        with its own ``loss_coefficients`` as ``coefficients``)."""
+        c = coefficients or self.loss_coefficients()
+        if self.hparams.norm_adv:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         logprobs, entropy, values = agent.evaluate(obs, actions)
-        return a2c_loss(logprobs.float(), advantages, values.float(), returns, entropy.float(), hp.ent_coef, hp.vf_coef)
+        return a2c_loss(
+            logprobs.float(), advantages, values.float(), returns, entropy.float(), c["ent_coef"], c["vf_coef"]
+        )
+
+    def loss_coefficients(self) -> dict[str, float | Tensor]:
+        """The A2C objective's coefficients: floats, or ``(N,)`` tensors (one value per member) for those the
+        members vary (``run.population_variants``)."""
+        return dict(ent_coef=self.member_hparam("ent_coef"), vf_coef=self.member_hparam("vf_coef"))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.hparams.optimizer == "rmsprop":
             # foreach: torch picks it by default on CUDA only and loops over the tensors on CPU (no
             # fused RMSprop exists); one kernel per op for all tensors is faster on CPU too.
             lr, capturable = self.hparams.learning_rate, self.graphs.enabled and self.device.type == "cuda"
-            return torch.optim.RMSprop(
+            rmsprop = torch.optim.RMSprop(
                 self.agent.parameters(),
                 lr=torch.tensor(lr, device=self.device) if capturable else lr,  # a tensor: annealed in place
                 alpha=0.99,
@@ -173,4 +181,7 @@ class A2C(RLModule):
                 foreach=True,
                 capturable=capturable,
             )
-        return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+            return on_policy.with_member_learning_rates(self, rmsprop)
+        return on_policy.with_member_learning_rates(
+            self, self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+        )

@@ -46,7 +46,15 @@ from rl_lightning.checkpointing import (
     restore_module_state,
     save_module_state,
 )
-from rl_lightning.config import DEFAULT_RUN, ReplayConfig, RunConfig, as_config, resolve_config, use_torch_threads
+from rl_lightning.config import (
+    DEFAULT_RUN,
+    ReplayConfig,
+    RunConfig,
+    as_config,
+    resolve_config,
+    sample_variant,
+    use_torch_threads,
+)
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.dataset import StepPacer
 from rl_lightning.data.experience import ExperienceSide, collect_from
@@ -91,6 +99,9 @@ class RLModule(L.LightningModule):
     ddp_find_unused_parameters: bool = False
     checkpointed_attributes: tuple[str, ...] = ()  # plain numbers saved with checkpoints
     trains_populations: bool = False  # builds its networks as Populations and updates with population_step
+    # The __init__ arguments whose value may differ between population members (run.population_variants):
+    # each enters the update as an (N,) tensor (member_hparam).
+    member_hyperparameters: tuple[str, ...] = ()
     env_steps_per_iteration: int  # env steps one rank collects per rollout or collection phase
     iterations_per_step: int = 1  # rollouts or phases per training step
 
@@ -121,6 +132,9 @@ class RLModule(L.LightningModule):
             # Members whose loss or gradients went non-finite: frozen, reported (population_step).
             self.register_buffer("diverged_members", torch.zeros(self.population, dtype=torch.bool))
             self._reported_diverged: Tensor | None = None
+        self.variants = check_variants(self, self.run_config.population_variants)
+        for name, values in self.variants.items():  # not saved: the config holds them
+            self.register_buffer(f"variant_{name}", torch.tensor(values, dtype=torch.float32), persistent=False)
 
     def configure_replay(self, replay: ReplayConfig | dict | None) -> None:
         """For an off-policy algorithm's ``__init__``: its replay config, resolved and checked; an
@@ -244,6 +258,18 @@ class RLModule(L.LightningModule):
         draws = bool(self.run_config.population_seeds) and self.env_config.seed is None
         return Population(make, self.member_seeds, before_make=(lambda: draw_env_seed(None)) if draws else None)
 
+    def member_hparam(self, name: str) -> Any:
+        """The value of the algorithm's hyperparameter ``name`` its update uses: as given, or where the members
+        vary it (``run.population_variants``) an ``(N,)`` tensor of their values, on the module's device."""
+        return getattr(self, f"variant_{name}") if name in self.variants else getattr(self.hparams, name)
+
+    def members_hparams(self) -> list[dict[str, Any]]:
+        """Each member's hyperparameters, ``hparams`` with its values of ``run.population_variants`` (for an
+        algorithm's checks: each member's as its own run's); one for a run or a population without variants."""
+        if not self.variants:
+            return [dict(self.hparams)]
+        return [{**self.hparams, **{n: v[k] for n, v in self.variants.items()}} for k in range(self.population)]
+
     # ------------------------------------------------------------------------------- collection
     def train_dataloader(self) -> DataLoader:
         iterations = math.ceil(self.env_steps_per_epoch / (self.env_steps_per_iteration * self.trainer.world_size))
@@ -276,6 +302,10 @@ class RLModule(L.LightningModule):
         self._last_time, self._last_env_steps = time.perf_counter(), self.env_steps
 
     def on_train_start(self) -> None:
+        if self.variants:  # once, so that each member's curves can be told apart by its values
+            values = {f"member_{k}/hp/{n}": v[k] for n, v in self.variants.items() for k in range(self.population)}
+            for logger in self.loggers:
+                logger.log_metrics(values, step=self.env_steps)
         if self.env_steps >= self.total_env_steps:  # resumed from a run that had spent its budget
             rank_zero_warn(
                 f"The budget is spent: {self.env_steps} of run.total_env_steps={self.total_env_steps} env steps. "
@@ -327,11 +357,16 @@ class RLModule(L.LightningModule):
         optimizer.step()
 
     def population_step(
-        self, optimizer: Any, member_losses: Tensor, max_grad_norm: float | None = None, stepping: Tensor | None = None
+        self,
+        optimizer: Any,
+        member_losses: Tensor,
+        max_grad_norm: float | Tensor | None = None,
+        stepping: Tensor | None = None,
     ) -> Tensor:
         """``gradient_step`` for a population (``PopulationAdam``): one backward of the sum of the ``(N,)``
         ``member_losses`` (members share no parameters: each member's gradients are those of its own loss),
-        each member's gradients clipped by their own norm, one optimizer step of the members in ``stepping``
+        each member's gradients clipped by their own norm (``max_grad_norm``: one for all, or ``(N,)`` one
+        per member), one optimizer step of the members in ``stepping``
         (default all; ``step_members``). A member whose loss or gradient norm is non-finite does not step
         and is frozen from then on (``diverged_members``; reported by index after the training step), so it
         never poisons the others. Returns the sum of the healthy members' losses (what ``training_step`` returns)."""
@@ -341,6 +376,8 @@ class RLModule(L.LightningModule):
         if max_grad_norm is not None:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             finite &= clip_grad_norm_per_member(params, max_grad_norm).isfinite()
+        if self._trainer is not None and self.trainer.world_size > 1:  # DDP: a member steps on all ranks or none
+            finite = self.trainer.strategy.reduce((~finite).float(), reduce_op="sum") == 0
         self.diverged_members |= ~finite
         step_members(optimizer, finite if stepping is None else finite & stepping)
         return torch.where(finite, member_losses.detach(), 0.0).sum()
@@ -353,8 +390,9 @@ class RLModule(L.LightningModule):
         precision = str(self.trainer.precision) if self._trainer is not None else "32-true"
         return make_adam(params, lr, eps, fused=fused_allowed(precision, clipped), capturable=self.graphs.enabled)
 
-    def anneal_learning_rate(self, optimizer: torch.optim.Optimizer, start: float) -> None:
-        """Learning rate decays linearly from ``start`` to 0 over ``total_env_steps``."""
+    def anneal_learning_rate(self, optimizer: torch.optim.Optimizer, start: float | Tensor) -> None:
+        """Learning rate decays linearly from ``start`` to 0 over ``total_env_steps`` (``(N,)``: each
+        population member's from its own)."""
         anneal_linearly(optimizer, start, self.total_env_steps, self.env_steps)
 
     # ------------------------------------------------------------------------------- evaluation
@@ -457,6 +495,35 @@ def check_population(algorithm: type[RLModule], population: int) -> None:
             f"{algorithm.__name__} does not train populations (run.population={population}); "
             f"{', '.join(others)} do. Set run.population: 1."
         )
+
+
+def check_variants(module: RLModule, variants: dict[str, Any]) -> dict[str, list[float]]:
+    """``run.population_variants`` checked against ``module``'s arguments: each an argument it has and can vary
+    per member (``member_hyperparameters``), with finite numbers; returns each member's values as floats,
+    those to sample drawn from each member's seed (``sample_variant``)."""
+    algorithm = type(module).__name__
+    resolved = {}
+    for name, values in variants.items():
+        if name not in module.hparams or name in ("env", "run"):
+            raise ConfigError(f"run.population_variants: {algorithm} has no argument {name!r}.")
+        if name not in module.member_hyperparameters:
+            can = ", ".join(module.member_hyperparameters) or "none"
+            raise ConfigError(
+                f"run.population_variants: {algorithm}'s {name} cannot differ between members (those that can: {can})."
+            )
+        if isinstance(values, dict):
+            check(
+                module.env_config.seed is not None or bool(module.run_config.population_seeds),
+                f"run.population_variants.{name} draws each member's value from its seed: set env.seed or "
+                "run.population_seeds.",
+            )
+            values = [sample_variant(values, seed, name) for seed in module.member_seeds]
+        check(
+            all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values),
+            f"run.population_variants.{name} must be numbers, got {values!r}.",
+        )
+        resolved[name] = [float(v) for v in values]
+    return resolved
 
 
 def report_diverged_members(module: RLModule, reported: Tensor | None) -> Tensor:

@@ -11,11 +11,11 @@ from typing import Any
 import gymnasium as gym
 from torch import Tensor
 
-from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
+from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts, gae_batch
 from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
 from rl_lightning.networks.policies import ActorCritic
-from rl_lightning.networks.population import members_first
+from rl_lightning.networks.population import member_learning_rates, members_first
 from rl_lightning.validation import at_least
 
 ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
@@ -106,6 +106,28 @@ def member_batch(module: Any, batch: RolloutBatch) -> RolloutBatch:
     return RolloutBatch(*(members_first(x.unflatten(0, (steps, -1)), module.population) for x in batch))
 
 
+def gae_member_batch(module: Any, rollout: Rollout) -> RolloutBatch:
+    """The rollout with GAE advantages and returns (``gae_batch``) of the module's ``gamma`` and ``gae_lambda``,
+    as the update takes it (``member_batch``). Members that vary them (``run.population_variants``): each
+    member's sub-envs discounted with its own."""
+    gamma, gae_lambda = (per_sub_env(module, name) for name in ("gamma", "gae_lambda"))
+    return member_batch(module, gae_batch(rollout, gamma, gae_lambda))
+
+
+def per_sub_env(module: Any, name: str) -> float | Tensor:
+    """Hyperparameter ``name`` (``member_hparam``) for a rollout's columns: a float, or each member's value for
+    each of its ``num_envs`` sub-envs."""
+    value = module.member_hparam(name)
+    return value.repeat_interleave(module.env_config.num_envs) if isinstance(value, Tensor) else value
+
+
+def with_member_learning_rates(module: Any, optimizer: Any) -> Any:
+    """``optimizer`` (built with the module's ``learning_rate``), where the members vary it
+    (``run.population_variants``) with each member's own (``member_learning_rates``)."""
+    lr = module.member_hparam("learning_rate")
+    return member_learning_rates(optimizer, lr) if isinstance(lr, Tensor) else optimizer
+
+
 def explained_variance(returns: Tensor, values: Tensor) -> Tensor:
     """1 - Var(returns - values) / Var(returns) over the last dimension: of the whole flattened rollout, or per
     member (``(members, ...)``)."""
@@ -129,5 +151,5 @@ def rollout_batches(
     for _ in module.within_budget(iterations):
         batch = to_batch(module.collect_rollout(module.agent))
         if hp.anneal_lr:
-            module.anneal_learning_rate(opt, hp.learning_rate)
+            module.anneal_learning_rate(opt, module.member_hparam("learning_rate"))
         yield batch

@@ -33,7 +33,7 @@ from torch import Tensor
 from rl_lightning.algorithms import on_policy
 from rl_lightning.algorithms.base import RLModule
 from rl_lightning.config import DEFAULT_RUN, RunConfig
-from rl_lightning.data.rollout import RolloutBatch, Rollouts, gae_batch
+from rl_lightning.data.rollout import RolloutBatch, Rollouts
 from rl_lightning.envs.make import EnvConfig
 from rl_lightning.errors import check
 from rl_lightning.networks.mlp import Activation
@@ -65,12 +65,13 @@ def ppo_loss(
     old_values: Tensor,
     returns: Tensor,
     entropy: Tensor,
-    clip_coef: float,
+    clip_coef: float | Tensor,
     clip_vloss: bool,
-    ent_coef: float,
-    vf_coef: float,
+    ent_coef: float | Tensor,
+    vf_coef: float | Tensor,
 ) -> PPOLoss:
-    """The PPO objective on one minibatch (advantages already normalized if wanted).
+    """The PPO objective on one minibatch (advantages already normalized if wanted; the coefficients floats,
+    or 0-d tensors: a population member's own under ``vmap``).
 
     ratio  = exp(logp_new - logp_old)
     L_pi   = mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))
@@ -132,6 +133,15 @@ class PPO(RLModule):
 
     action_spaces = on_policy.ACTION_SPACES
     trains_populations = True
+    member_hyperparameters = (
+        "learning_rate",
+        "gamma",
+        "gae_lambda",
+        "clip_coef",
+        "ent_coef",
+        "vf_coef",
+        "max_grad_norm",
+    )
 
     def __init__(
         self,
@@ -163,10 +173,11 @@ class PPO(RLModule):
     ) -> None:
         super().__init__(env, run)
         on_policy.rollout_epochs(self, num_steps, update_epochs, num_minibatches)
-        on_policy_args(num_steps, learning_rate, gamma, hidden_sizes, activation)
-        actor_critic_loss_args(gae_lambda, ent_coef, vf_coef, max_grad_norm)
-        positive("clip_coef", clip_coef)
-        self.clip_coef = clip_coef  # the value of this rollout's update (anneal_clip_coef)
+        for hp in self.members_hparams():  # each member's values (population_variants) checked as its run's
+            on_policy_args(num_steps, hp["learning_rate"], hp["gamma"], hidden_sizes, activation)
+            actor_critic_loss_args(hp["gae_lambda"], hp["ent_coef"], hp["vf_coef"], hp["max_grad_norm"])
+            positive("clip_coef", hp["clip_coef"])
+        self.clip_coef_factor = 1.0  # of clip_coef in this rollout's update (anneal_clip_coef)
         positive_or_none("target_kl", target_kl)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
         on_policy.check_population_options(self)
@@ -199,13 +210,13 @@ class PPO(RLModule):
             if hp.use_sde:
                 self.agent.head.reset_noise(self.env_config.num_envs)  # one exploration matrix per sub-env
             rollout = self.collect_rollout(self.agent)
-            b = on_policy.member_batch(self, gae_batch(rollout, hp.gamma, hp.gae_lambda))
+            b = on_policy.gae_member_batch(self, rollout)
             if self.population > 1:
                 self.updating = torch.ones(self.population, dtype=torch.bool, device=self.device)  # target_kl
             if hp.anneal_lr:
-                self.anneal_learning_rate(opt, hp.learning_rate)
+                self.anneal_learning_rate(opt, self.member_hparam("learning_rate"))
             if hp.anneal_clip_coef:
-                self.clip_coef = hp.clip_coef * linear_schedule(1.0, 0.0, self.total_env_steps, self.env_steps)
+                self.clip_coef_factor = linear_schedule(1.0, 0.0, self.total_env_steps, self.env_steps)
             stats: list[Tensor] = []
             for _ in range(hp.update_epochs):
                 for minibatch in self.minibatches(b):
@@ -259,9 +270,10 @@ class PPO(RLModule):
         """One minibatch's loss (``minibatch_loss``'s arguments) and optimizer step (one CUDA graph with
         CUDA graphs on). A population's: every member's loss on its own minibatch at once, each field
         ``(members,)``; its ``loss`` the sum over the members that did not diverge."""
-        if self.population > 1:
-            out = self.agent.map(self.agent_loss, *minibatch)
-            loss = self.population_step(self.optimizers(), out.loss, self.hparams.max_grad_norm, self.updating)
+        if self.population > 1:  # a member's own values of the hyperparameters the members vary (population_variants)
+            out = self.agent.map(self.agent_loss, *minibatch, **self.loss_coefficients())
+            max_grad_norm = self.member_hparam("max_grad_norm")
+            loss = self.population_step(self.optimizers(), out.loss, max_grad_norm, self.updating)
             return PPOLoss(loss, *(t.detach() for t in out[1:]))
         out = self.minibatch_loss(*minibatch)
         self.gradient_step(self.optimizers(), out.loss, self.hparams.max_grad_norm)
@@ -283,11 +295,14 @@ class PPO(RLModule):
         values: Tensor,
         returns: Tensor,
         *memory: Tensor,
+        **coefficients: float | Tensor,
     ) -> PPOLoss:
         """The PPO objective of ``agent`` on one minibatch: the module's own agent (``minibatch_loss``), or a
-        population member (under ``vmap``, ``minibatch_update``). ``memory``: what a recurrent agent's
-        ``evaluate`` needs besides observations and actions (``RecurrentPPO``)."""
+        population member (under ``vmap``, ``minibatch_update``, with its own ``loss_coefficients`` as
+        ``coefficients``). ``memory``: what a recurrent agent's ``evaluate`` needs besides observations
+        and actions (``RecurrentPPO``)."""
         hp = self.hparams
+        c = coefficients or self.loss_coefficients()
         if hp.norm_adv:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         newlogprob, entropy, newvalue = agent.evaluate(obs, actions, *memory)
@@ -299,10 +314,23 @@ class PPO(RLModule):
             values,
             returns,
             entropy.float(),
-            self.clip_coef,
+            c["clip_coef"],
             hp.clip_vloss,
-            hp.ent_coef,
-            hp.vf_coef,
+            c["ent_coef"],
+            c["vf_coef"],
+        )
+
+    @property
+    def clip_coef(self) -> float | Tensor:
+        """The clipping range of this rollout's update: ``clip_coef``, annealed with ``anneal_clip_coef``; an
+        ``(N,)`` tensor where the members vary it (``run.population_variants``)."""
+        return self.member_hparam("clip_coef") * self.clip_coef_factor
+
+    def loss_coefficients(self) -> dict[str, float | Tensor]:
+        """The PPO objective's coefficients in this rollout's update: floats, or ``(N,)`` tensors (one value
+        per member) for those the members vary."""
+        return dict(
+            clip_coef=self.clip_coef, ent_coef=self.member_hparam("ent_coef"), vf_coef=self.member_hparam("vf_coef")
         )
 
     def enable_cuda_graphs(self) -> None:
@@ -316,4 +344,6 @@ class PPO(RLModule):
         super().compile_networks(**compile_kwargs)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+        return on_policy.with_member_learning_rates(
+            self, self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+        )

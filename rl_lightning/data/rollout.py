@@ -88,10 +88,11 @@ def gae(
     next_values: Tensor,
     terminated: Tensor,
     dones: Tensor,
-    gamma: float,
-    gae_lambda: float,
+    gamma: float | Tensor,
+    gae_lambda: float | Tensor,
 ) -> tuple[Tensor, Tensor]:
-    """Generalized advantage estimation (Schulman et al. 2016), all inputs ``[T, N]``.
+    """Generalized advantage estimation (Schulman et al. 2016), all inputs ``[T, N]`` (``gamma`` and
+    ``gae_lambda`` floats, or ``[N]``: one per sub-env).
 
     ``next_values[t]`` is V of transition ``t``'s true next state (the final observation when the
     episode was truncated there). ``terminated`` cuts the bootstrap; ``dones = terminated |
@@ -113,7 +114,7 @@ def gae(
     return advantages, advantages + values
 
 
-def gae_batch(rollout: Rollout, gamma: float, gae_lambda: float) -> RolloutBatch:
+def gae_batch(rollout: Rollout, gamma: float | Tensor, gae_lambda: float | Tensor) -> RolloutBatch:
     """A rollout with GAE advantages and TD(lambda) returns, flattened (PPO, A2C)."""
     advantages, returns = gae(
         rollout.rewards,

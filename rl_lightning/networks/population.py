@@ -88,15 +88,21 @@ class Population(nn.Module):
         buffers = {f"module.{n}": b for n, b in self.members.named_buffers()}
         return params, buffers
 
-    def map(self, fn: Callable[..., Any], *inputs: Tensor) -> Any:
-        """``fn(member_network, *member_inputs)`` for every member at once (``vmap``): ``inputs`` and the
-        outputs (tensors, or tuples of them) have the member dimension first."""
+    def map(self, fn: Callable[..., Any], *inputs: Tensor, **options: Any) -> Any:
+        """``fn(member_network, *member_inputs, **member_options)`` for every member at once (``vmap``):
+        ``inputs`` and the outputs (tensors, or tuples of them) have the member dimension first. A tensor
+        among ``options`` is ``(N,)`` too, each member getting its own value (a hyperparameter that differs
+        between members); any other option goes to every member as it is."""
         params, buffers = self._tensors()
+        per_member = {name: value for name, value in options.items() if isinstance(value, Tensor)}
+        shared = {name: value for name, value in options.items() if name not in per_member}
 
-        def one_member(params: dict[str, Tensor], buffers: dict[str, Tensor], *xs: Tensor) -> Any:
-            return functional_call(self._template, (params, buffers), (fn, *xs))
+        def one_member(
+            params: dict[str, Tensor], buffers: dict[str, Tensor], own: dict[str, Tensor], *xs: Tensor
+        ) -> Any:
+            return functional_call(self._template, (params, buffers), (functools.partial(fn, **shared, **own), *xs))
 
-        return vmap(one_member, randomness="different")(params, buffers, *inputs)
+        return vmap(one_member, randomness="different")(params, buffers, per_member, *inputs)
 
     def call(self, name: str, *args: Any) -> Any:
         """The network's method ``name`` for every member, tensor arguments ``(N * B, ...)`` in member
@@ -158,10 +164,11 @@ def member_view(x: Tensor) -> list[int]:
 
 
 @torch.no_grad()
-def clip_grad_norm_per_member(parameters: Sequence[Tensor], max_norm: float) -> Tensor:
+def clip_grad_norm_per_member(parameters: Sequence[Tensor], max_norm: float | Tensor) -> Tensor:
     """``torch.nn.utils.clip_grad_norm_`` for each member of stacked parameters: member ``k``'s gradients
     are scaled by ``min(1, max_norm / (norm_k + 1e-6))``, ``norm_k`` the global 2-norm over its own
-    gradients only. Returns the ``(N,)`` norms before clipping."""
+    gradients only (``max_norm``: one for all, or ``(N,)``, each member's own). Returns the ``(N,)`` norms
+    before clipping."""
     grads = [p.grad for p in parameters if p.grad is not None]
     norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
     scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
@@ -232,20 +239,54 @@ class PopulationAdam(torch.optim.Optimizer):
 def step_members(optimizer: Any, members: Tensor) -> None:
     """``optimizer.step()`` for the members in the ``(N,)`` mask only. ``PopulationAdam`` masks itself; any
     other elementwise optimizer over stacked parameters (RMSprop, SGD: one over the stack is N independent
-    ones) steps every member, then the other members' parameters and state are put back exactly."""
+    ones) steps every member, then the other members' parameters and state are put back exactly.
+
+    Per-member learning rates (a param group's ``lr`` an ``(N,)`` tensor, ``member_learning_rates``):
+    ``PopulationAdam`` reads them itself; another optimizer steps with ``lr = 1`` and each member's
+    displacement is then scaled by its own ``lr``, exact for an optimizer whose step is ``lr`` times a
+    direction its state does not take from ``lr`` (SGD, RMSprop, with or without momentum)."""
     inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's wrapper, or the optimizer
     if isinstance(inner, PopulationAdam):
         optimizer.step(members=members)
         return
-    if bool(members.all()):
+    lrs = [group["lr"] for group in inner.param_groups]
+    per_member_lr = any(isinstance(lr, Tensor) and lr.dim() == 1 for lr in lrs)
+    everyone = bool(members.all())
+    if everyone and not per_member_lr:
         optimizer.step()
         return
     params = [p for group in inner.param_groups for p in group["params"]]
-    kept = [(t, t.clone()) for p in params for t in (p, *inner.state[p].values()) if _stacked_like(t, p)]
-    optimizer.step()
+    # What is put back: the parameters and state of the members that do not step; every parameter as it
+    # was before a step at lr = 1 (the displacement each member's lr scales).
+    kept = [(p, p.clone()) for p in params]
+    if not everyone:
+        kept += [(t, t.clone()) for p in params for t in inner.state[p].values() if _stacked_like(t, p)]
+    if per_member_lr:
+        for group in inner.param_groups:
+            group["lr"] = 1.0
+    try:
+        optimizer.step()
+    finally:
+        for group, lr in zip(inner.param_groups, lrs, strict=True):
+            group["lr"] = lr
     with torch.no_grad():
-        for t, before in kept:
-            t.copy_(torch.where(members.view(member_view(t)), t, before))
+        if per_member_lr:  # before + lr * (after - before), the step at each member's own lr
+            befores = {id(t): before for t, before in kept}
+            for group, lr in zip(inner.param_groups, lrs, strict=True):
+                for p in group["params"]:
+                    p.copy_(torch.lerp(befores[id(p)], p, lr.to(p).view(member_view(p))))
+        if not everyone:
+            for t, before in kept:
+                t.copy_(torch.where(members.view(member_view(t)), t, before))
+
+
+def member_learning_rates(optimizer: torch.optim.Optimizer, lr: Tensor) -> torch.optim.Optimizer:
+    """``optimizer`` with an ``(N,)`` learning rate, one per member, in each param group (a copy of ``lr``
+    each: annealing updates it in place): ``PopulationAdam`` and ``step_members`` read it. ``optimizer``
+    is one over stacked parameters built with any float ``lr`` (torch's optimizers refuse a vector)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr.clone()
+    return optimizer
 
 
 def _stacked_like(t: Any, p: Tensor) -> bool:
