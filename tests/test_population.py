@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import Logger
 
 from rl_lightning import A2C, PPO, EnvConfig, RecurrentPPO
 from rl_lightning.algorithms import on_policy
-from rl_lightning.algorithms.base import report_diverged_members
+from rl_lightning.algorithms.population import report_diverged_members
 from rl_lightning.algorithms.ppo import PPOLoss
 from rl_lightning.callbacks import LastCheckpoint, RecordEpisodes
 from rl_lightning.cli import main

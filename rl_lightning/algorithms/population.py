@@ -1,0 +1,174 @@
+"""The population side of ``RLModule`` (``run.population``, docs/population.md): which seed each member is,
+its hyperparameters where members vary them, building networks as ``Population``s and one optimizer step of
+all members; and the checks and reports of populations. A plain run is a population of one: none of this
+changes it.
+
+``RLModule`` inherits ``PopulationMembers``; an algorithm that trains populations (``trains_populations``)
+builds its networks with ``make_population`` and steps with ``population_step`` (PPO, A2C).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from rl_lightning.config import sample_variant
+from rl_lightning.errors import ConfigError, DivergenceError, check
+from rl_lightning.networks.population import Population, clip_grad_norm_per_member, step_members
+from rl_lightning.seeding import draw_env_seed, env_seed_drawn_by
+
+
+class PopulationMembers:
+    """``RLModule``'s population members (a mixin: it reads the module's ``run_config``, ``env_config``,
+    ``hparams`` and Lightning's ``manual_backward`` and ``trainer``)."""
+
+    def init_population(self) -> None:
+        """In ``RLModule.__init__``: ``population`` (members; 1: a plain run), each member's evaluation
+        metric and the frozen (diverged) members, and the checked ``variants``."""
+        self.population = self.run_config.members
+        if self.population > 1:
+            check_population(type(self), self.population)
+            self.member_eval_returns = torch.nn.ModuleList(MeanMetric() for _ in range(self.population))
+            # Members whose loss or gradients went non-finite: frozen, reported (population_step).
+            self.register_buffer("diverged_members", torch.zeros(self.population, dtype=torch.bool))
+            self._reported_diverged: Tensor | None = None
+        self.variants = check_variants(self, self.run_config.population_variants)
+        for name, values in self.variants.items():  # not saved: the config holds them
+            self.register_buffer(f"variant_{name}", torch.tensor(values, dtype=torch.float32), persistent=False)
+
+    @property
+    def member_seeds(self) -> list[int]:
+        """Each population member's seed (``seed_everything``): ``run.population_seeds`` where given, else member
+        ``k`` is the run with ``env.seed`` and ``seed_everything`` both ``env.seed + k * env.num_envs``
+        (its sub-envs seeded from it as the sub-envs of one vector env of all members' sub-envs are;
+        docs/population.md). A plain run: its ``env.seed``."""
+        if self.run_config.population_seeds:
+            return list(self.run_config.population_seeds)
+        seed = self.env_config.seed or 0
+        return [seed + k * self.env_config.num_envs for k in range(self.population)]
+
+    @property
+    def member_env_seeds(self) -> list[int]:
+        """Each member's ``env.seed``, its run's: ``member_seeds`` by default; of given seeds, the config's
+        ``env.seed`` where it sets one (every run of the config has it), else the one the member's run
+        draws (``env_seed_drawn_by``)."""
+        if not self.run_config.population_seeds:
+            assert self.env_config.seed is not None or self.population > 1
+            return self.member_seeds
+        if self.env_config.seed is not None:
+            return [self.env_config.seed] * self.population
+        return [env_seed_drawn_by(seed) for seed in self.run_config.population_seeds]
+
+    def make_population(self, make: Callable[[], torch.nn.Module]) -> Population:
+        """A ``Population`` of the networks ``make()`` builds, member ``k``'s as its run builds them: under
+        its seed, after the env seed that run draws where it draws one (``member_env_seeds``)."""
+        draws = bool(self.run_config.population_seeds) and self.env_config.seed is None
+        return Population(make, self.member_seeds, before_make=(lambda: draw_env_seed(None)) if draws else None)
+
+    def member_hparam(self, name: str) -> Any:
+        """The value of the algorithm's hyperparameter ``name`` its update uses: as given, or where the members
+        vary it (``run.population_variants``) an ``(N,)`` tensor of their values, on the module's device."""
+        return getattr(self, f"variant_{name}") if name in self.variants else getattr(self.hparams, name)
+
+    def members_hparams(self) -> list[dict[str, Any]]:
+        """Each member's hyperparameters, ``hparams`` with its values of ``run.population_variants`` (for an
+        algorithm's checks: each member's as its own run's); one for a run or a population without variants."""
+        if not self.variants:
+            return [dict(self.hparams)]
+        return [{**self.hparams, **{n: v[k] for n, v in self.variants.items()}} for k in range(self.population)]
+
+    def population_step(
+        self,
+        optimizer: Any,
+        member_losses: Tensor,
+        max_grad_norm: float | Tensor | None = None,
+        stepping: Tensor | None = None,
+    ) -> Tensor:
+        """``gradient_step`` for a population (``PopulationAdam``): one backward of the sum of the ``(N,)``
+        ``member_losses`` (members share no parameters: each member's gradients are those of its own loss),
+        each member's gradients clipped by their own norm (``max_grad_norm``: one for all, or ``(N,)`` one
+        per member), one optimizer step of the members in ``stepping``
+        (default all; ``step_members``). A member whose loss or gradient norm is non-finite does not step
+        and is frozen from then on (``diverged_members``; reported by index after the training step), so it
+        never poisons the others. Returns the sum of the healthy members' losses (what ``training_step`` returns)."""
+        finite = member_losses.detach().isfinite() & ~self.diverged_members
+        optimizer.zero_grad()
+        self.manual_backward(torch.where(finite, member_losses, 0.0).sum())
+        if max_grad_norm is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            finite &= clip_grad_norm_per_member(params, max_grad_norm).isfinite()
+        if self._trainer is not None and self.trainer.world_size > 1:  # DDP: a member steps on all ranks or none
+            finite = self.trainer.strategy.reduce((~finite).float(), reduce_op="sum") == 0
+        self.diverged_members |= ~finite
+        step_members(optimizer, finite if stepping is None else finite & stepping)
+        return torch.where(finite, member_losses.detach(), 0.0).sum()
+
+
+def check_population(algorithm: type, population: int) -> None:
+    """Refuse ``run.population`` > 1 for an algorithm that does not train populations, naming those that do."""
+    if not algorithm.trains_populations:
+        found, todo = set(), list(PopulationMembers.__subclasses__())  # RLModule and every algorithm under it
+        while todo:
+            cls = todo.pop()
+            todo += cls.__subclasses__()
+            if cls.__module__.startswith("rl_lightning.algorithms.") and cls.trains_populations:
+                found.add(cls.__name__)
+        others = sorted(found)
+        raise ConfigError(
+            f"{algorithm.__name__} does not train populations (run.population={population}); "
+            f"{', '.join(others)} do. Set run.population: 1."
+        )
+
+
+def check_variants(module: PopulationMembers, variants: dict[str, Any]) -> dict[str, list[float]]:
+    """``run.population_variants`` checked against ``module``'s arguments: each an argument it has and can vary
+    per member (``member_hyperparameters``), with finite numbers; returns each member's values as floats,
+    those to sample drawn from each member's seed (``sample_variant``)."""
+    algorithm = type(module).__name__
+    resolved = {}
+    for name, values in variants.items():
+        if name not in module.hparams or name in ("env", "run"):
+            raise ConfigError(f"run.population_variants: {algorithm} has no argument {name!r}.")
+        if name not in module.member_hyperparameters:
+            can = ", ".join(module.member_hyperparameters) or "none"
+            raise ConfigError(
+                f"run.population_variants: {algorithm}'s {name} cannot differ between members (those that can: {can})."
+            )
+        if isinstance(values, dict):
+            check(
+                module.env_config.seed is not None or bool(module.run_config.population_seeds),
+                f"run.population_variants.{name} draws each member's value from its seed: set env.seed or "
+                "run.population_seeds.",
+            )
+            values = [sample_variant(values, seed, name) for seed in module.member_seeds]
+        check(
+            all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values),
+            f"run.population_variants.{name} must be numbers, got {values!r}.",
+        )
+        resolved[name] = [float(v) for v in values]
+    return resolved
+
+
+def report_diverged_members(module: PopulationMembers, reported: Tensor | None) -> Tensor:
+    """Warn once per member that diverged (``population_step`` froze it), by index; ``DivergenceError``
+    once all have. Returns the members reported so far."""
+    diverged = module.diverged_members.clone()
+    new = diverged if reported is None else diverged & ~reported
+    if bool(new.any()):
+        members = new.nonzero().flatten().tolist()
+        if bool(diverged.all()):
+            raise DivergenceError(
+                f"Every member of the population diverged (the last: {members}) by env step {module.env_steps}. "
+                "Lower the learning rate or tighten max_grad_norm."
+            )
+        rank_zero_warn(
+            f"Population member(s) {members} diverged (non-finite loss or gradients) by env step "
+            f"{module.env_steps}: frozen at their last finite parameters; the other members train on."
+        )
+    return diverged
