@@ -67,6 +67,15 @@ def actor_critic() -> ActorCritic:
     return ActorCritic(OBS, ACT, (8, 8))
 
 
+def by_hand(population):
+    """``population`` built, with its optimizer, to be stepped by hand (no trainer): the optimizer."""
+    population.build_for_env()
+    opt = population.configure_optimizers()
+    population.optimizers = lambda: opt
+    population.manual_backward = lambda loss: loss.backward()
+    return opt
+
+
 def population_ppo(population: int = 3, total: int = 512, **kw) -> PPO:
     args = dict(
         env=EnvConfig("CartPole-v1", num_envs=2, seed=5),
@@ -178,10 +187,7 @@ def test_a_members_update_equals_its_single_runs_update():
     """The same rollout batch: member k's loss, clipped gradients and parameters after one Adam step are
     those of a single PPO with its seed (up to float reassociation)."""
     population = population_ppo(population=3, num_minibatches=1, max_grad_norm=0.1)
-    population.build_for_env()
-    opt = population.configure_optimizers()
-    population.optimizers = lambda: opt  # one step by hand: no trainer
-    population.manual_backward = lambda loss: loss.backward()
+    by_hand(population)  # one step by hand: no trainer
     population.updating = torch.ones(3, dtype=torch.bool)
     s = 32
     batch = (
@@ -358,10 +364,7 @@ def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path, monkeypat
 
 def test_a2c_members_update_as_their_single_runs_with_rmsprop_and_a_masked_member_keeps_its_state():
     population = build(A2C, env=EnvConfig("CartPole-v1", num_envs=2, seed=5), population=2, hidden_sizes=(8, 8))
-    population.build_for_env()
-    opt = population.configure_optimizers()  # torch's RMSprop over the stacked parameters: one per member
-    population.optimizers = lambda: opt
-    population.manual_backward = lambda loss: loss.backward()
+    opt = by_hand(population)  # torch's RMSprop over the stacked parameters: one per member
     batch = (torch.randn(2, 10, 4), torch.randint(0, 2, (2, 10)), torch.randn(2, 10), torch.randn(2, 10) * 5)
     out = population.rollout_update(*batch)
     for k, seed in enumerate(population.member_seeds):
@@ -464,10 +467,7 @@ def test_a_members_update_with_its_own_hyperparameters_equals_the_single_run_wit
     coefficients, gradient-norm threshold), not of another member's."""
     population = population_ppo(population=1, num_minibatches=1, population_variants=PPO_VARIANTS)
     assert population.population == 3  # set by the lists
-    population.build_for_env()
-    opt = population.configure_optimizers()
-    population.optimizers = lambda: opt
-    population.manual_backward = lambda loss: loss.backward()
+    by_hand(population)
     population.updating = torch.ones(3, dtype=torch.bool)
     s = 32
     batch = (
@@ -537,10 +537,7 @@ def test_a2c_members_step_rmsprop_with_their_own_learning_rate_and_coefficients(
     variants = dict(learning_rate=[7e-4, 5e-3], ent_coef=[0.0, 0.1], vf_coef=[0.5, 2.0], max_grad_norm=[0.5, 0.05])
     env = EnvConfig("CartPole-v1", num_envs=2, seed=5)
     population = build(A2C, env=env, population_variants=variants, hidden_sizes=(8, 8))
-    population.build_for_env()
-    opt = population.configure_optimizers()  # torch's RMSprop, each member's lr applied by step_members
-    population.optimizers = lambda: opt
-    population.manual_backward = lambda loss: loss.backward()
+    opt = by_hand(population)  # torch's RMSprop, each member's lr applied by step_members
     batch = (torch.randn(2, 10, 4), torch.randint(0, 2, (2, 10)), torch.randn(2, 10), torch.randn(2, 10) * 5)
     for _ in range(2):
         out = population.rollout_update(*batch)
