@@ -90,6 +90,36 @@ def test_the_minibatch_loss_sees_what_collection_saw():
     model.experience.stop()
 
 
+def test_on_torch_envs_truncated_episodes_are_valued_under_their_own_memory():
+    """env.backend torch (no host sync per step): a time-limit cut inside the rollout is bootstrapped from
+    V(final observation) under the memory of the episode it ends, as step-by-step replay computes it; the
+    sequence minibatches see what collection saw; and a fit runs."""
+    L.seed_everything(0)
+    env = EnvConfig("Pendulum-v1", num_envs=2, seed=0, backend="torch")
+    model = build(RecurrentPPO, env=env, num_steps=256, hidden_size=8, num_minibatches=1)
+    model.build_for_env()
+    model.experience.start(make_vector_env(model.env_config), torch.device("cpu"), 0, 1, model.graphs)
+    rollout = model.experience.collect(model.agent)
+    side = model.experience
+    (cut,) = set(rollout.truncated.nonzero()[:, 0].tolist())  # step 199: Pendulum's 200-step limit
+    with torch.no_grad():
+        logprobs, _, values = model.agent.evaluate(
+            rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1), side.episode_starts, side.start_memory
+        )
+        torch.testing.assert_close(values.view(256, 2), rollout.values, rtol=0, atol=1e-5)
+        torch.testing.assert_close(logprobs.view(256, 2), rollout.logprobs, rtol=0, atol=1e-5)
+        x = model.agent._encode(rollout.obs.flatten(0, 1)).view(256, 2, -1)
+        *_, memory = step_by_step(model.agent, x[: cut + 1], side.start_memory, side.episode_starts[: cut + 1])
+        final_obs = model.experience.collector.final_obs[cut]
+        expected = model.agent.value(final_obs, memory)
+    torch.testing.assert_close(rollout.next_values[cut], expected, rtol=0, atol=1e-5)
+    assert side.episode_starts[cut + 1].all() and not side.episode_starts[1:cut].any()
+    model.experience.stop()
+    model = build(RecurrentPPO, env=env, num_steps=8, num_minibatches=1, total_env_steps=64, hidden_size=8)
+    quick_trainer().fit(model)
+    assert model.env_steps == 64
+
+
 class Corridor(gym.Env):
     """16-step episodes (truncated), deterministic start; reward for moving right."""
 
@@ -216,11 +246,6 @@ def test_refusals_name_the_way_forward():
         model.enable_cuda_graphs()
     with pytest.raises(ConfigError, match="compile"):
         model.compile_networks()
-    torch_env = build(
-        RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=2, backend="torch"), num_steps=8, num_minibatches=1
-    )
-    with pytest.raises(Exception, match="env.backend: torch is not supported"):
-        quick_trainer().fit(torch_env)
 
 
 def test_mask_velocity_zeroes_or_removes_the_velocities():

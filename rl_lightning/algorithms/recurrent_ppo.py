@@ -18,7 +18,9 @@ memory unless ``shared_memory``.
   are ``(obs, memory) -> (actions, memory)``, the first memory zeros (``initial_memory``).
 
 Deviation from sb3-contrib: minibatches are whole sub-env sequences (CleanRL's), not padded episode
-chunks. Not supported, refused before any env step: torch-backend envs, CUDA graphs, ``compile``.
+chunks. On torch-backend envs the final observations of every step are valued under their episodes'
+memories as the step runs (no host sync). Not supported, refused before any env step: CUDA graphs,
+``compile``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from torch import Tensor, nn
 from rl_lightning.algorithms.ppo import PPO
 from rl_lightning.cuda_graphs import UpdateGraphs
 from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts
-from rl_lightning.envs.make import steps_on_device
 from rl_lightning.errors import ConfigError, check
 from rl_lightning.evaluation import as_env_actions
 from rl_lightning.export import export_policy
@@ -203,11 +204,17 @@ class MemoryPolicy:
         side.next_starts = torch.zeros_like(side.next_starts)
         return actions, logprobs, values
 
-    def after_step(self, terminated: np.ndarray, truncated: np.ndarray) -> None:
-        """After each vector step (``RolloutCollector``): which sub-envs start an episode next, and the
-        rows whose final observation ``value`` is asked for next (the truncated ones, in order)."""
+    def after_step(self, terminated: np.ndarray | Tensor, truncated: np.ndarray | Tensor) -> None:
+        """After each vector step (``RolloutCollector``): which sub-envs start an episode next, and (host
+        arrays: gymnasium, envpool) the rows whose final observation ``value`` is asked for next (the
+        truncated ones, in order). Torch envs' device tensors: ``final_values`` is asked instead."""
         self.side.next_starts = torch.as_tensor(terminated | truncated, device=self.side.memory.device)
-        self.truncated_rows = torch.as_tensor(np.flatnonzero(truncated)) if truncated.any() else None
+        if isinstance(truncated, np.ndarray):
+            self.truncated_rows = torch.as_tensor(np.flatnonzero(truncated)) if truncated.any() else None
+
+    def final_values(self, final_obs: Tensor) -> Tensor:
+        """V(final observation) of every sub-env under the memory of the episode it ends (torch envs)."""
+        return self.agent.value(final_obs, self.side.memory)
 
     def value(self, obs: Tensor) -> Tensor:
         side = self.side
@@ -222,7 +229,7 @@ class RecurrentRollouts(Rollouts):
     """``Rollouts`` with the live memory of each sub-env (checkpointed) and, for the update, per rollout:
     the memory at its start (``start_memory``) and each step's episode-start flags (``episode_starts``
     ``[num_steps, num_envs]``). Its envs start new episodes when it starts (a resume too): every memory
-    is then reset at its first step. Torch-backend envs (steps on a device) are refused."""
+    is then reset at its first step."""
 
     def __init__(self, *args: Any, initial_state: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -232,10 +239,6 @@ class RecurrentRollouts(Rollouts):
     def start(
         self, envs: gym.vector.VectorEnv, device: torch.device, seed: int, world_size: int, graphs: UpdateGraphs
     ) -> None:
-        check(
-            not steps_on_device(envs),
-            "RecurrentPPO steps gymnasium or envpool envs; env.backend: torch is not supported.",
-        )
         super().start(envs, device, seed, world_size, graphs)
         n = envs.num_envs
         if self.memory is None or self.memory.shape[0] != n:

@@ -59,10 +59,13 @@ class Policy(Protocol):
     """What a collector steps: ``act`` once per vector step (``(actions, log_probs, values)``), ``value``
     for V(final observation) of truncated sub-envs and V(current observation) after the last step.
 
-    A policy with memory (``RecurrentPPO``'s) also has ``after_step(terminated, truncated)``, host
-    arrays, which ``RolloutCollector`` calls after every vector step of a gymnasium or envpool env, before
-    it asks for the values of the truncated sub-envs' final observations (in sub-env order): so it can
-    value those from their memories and reset each ended sub-env's memory before its next episode.
+    A policy with memory (``RecurrentPPO``'s) also has ``after_step(terminated, truncated)``, which
+    ``RolloutCollector`` calls after every vector step, before it asks for the values of the truncated
+    sub-envs' final observations: so it can value those from their memories and reset each ended
+    sub-env's memory before its next episode. With a gymnasium or envpool env the flags are host arrays
+    and ``value`` is then asked for the truncated sub-envs' final observations (in sub-env order); with a
+    torch env they are device tensors and ``final_values(final_obs)`` is asked for every sub-env's (no
+    host sync), of which the truncated ones are kept.
 
 
     A ``Population`` of actor-critics (``run.population``: each member acts in its own sub-envs) is a
@@ -350,6 +353,10 @@ class RolloutCollector:
         actions, logprobs, values = policy.act(obs)
         next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
         ended, ended_returns, ended_lengths = episode_stats(infos)
+        if hasattr(policy, "after_step"):  # a memory: final observations valued now, from their episodes' memories
+            policy.after_step(terminated, truncated)
+            final_values = torch.where(truncated, policy.final_values(self._policy_obs(infos["final_obs"])), 0.0)
+            self.final_values.index_copy_(0, row, final_values.unsqueeze(0))
         if self.obs_rms is not None:
             self.obs_rms.update(next_obs)
         if self.return_rms is not None:
@@ -376,9 +383,10 @@ class RolloutCollector:
     def _finish_on_device(self, policy: Policy) -> None:
         """Once per rollout: V(final observation) of the truncated steps, and the ended episodes'
         statistics to the host (the rollout's only two device syncs)."""
-        truncated = self.truncated.nonzero(as_tuple=True)
-        final_obs = self.final_obs[truncated]  # normalized at their step
-        self.final_values[truncated] = values_at(policy, final_obs, truncated[1], self.envs.num_envs)
+        if not hasattr(policy, "after_step"):  # a memory's were valued at their steps (_device_step)
+            truncated = self.truncated.nonzero(as_tuple=True)
+            final_obs = self.final_obs[truncated]  # normalized at their step
+            self.final_values[truncated] = values_at(policy, final_obs, truncated[1], self.envs.num_envs)
         ended = self.ended.nonzero(as_tuple=True)
         # One copy for returns, lengths and sub-envs (float64 holds all three exactly).
         stats = torch.stack([self.ended_returns[ended].double(), self.ended_lengths[ended].double(), ended[1].double()])
