@@ -92,11 +92,12 @@ def test_the_minibatch_loss_sees_what_collection_saw():
 
 def test_on_torch_envs_truncated_episodes_are_valued_under_their_own_memory():
     """env.backend torch (no host sync per step): a time-limit cut inside the rollout is bootstrapped from
-    V(final observation) under the memory of the episode it ends, as step-by-step replay computes it; the
-    sequence minibatches see what collection saw; and a fit runs."""
+    V(final observation) under the memory of the episode it ends, as step-by-step replay computes it (the
+    final observation normalized as stored, with the statistics of its step); the sequence minibatches see
+    what collection saw; and a fit runs."""
     L.seed_everything(0)
     env = EnvConfig("Pendulum-v1", num_envs=2, seed=0, backend="torch")
-    model = build(RecurrentPPO, env=env, num_steps=256, hidden_size=8, num_minibatches=1)
+    model = build(RecurrentPPO, env=env, num_steps=256, hidden_size=8, num_minibatches=1, normalize_obs=True)
     model.build_for_env()
     model.experience.start(make_vector_env(model.env_config), torch.device("cpu"), 0, 1, model.graphs)
     rollout = model.experience.collect(model.agent)

@@ -353,16 +353,17 @@ class RolloutCollector:
         actions, logprobs, values = policy.act(obs)
         next_obs, rewards, terminated, truncated, infos = self.envs.step(self._to_env(actions))
         ended, ended_returns, ended_lengths = episode_stats(infos)
-        if hasattr(policy, "after_step"):  # a memory: final observations valued now, from their episodes' memories
-            policy.after_step(terminated, truncated)
-            final_values = torch.where(truncated, policy.final_values(self._policy_obs(infos["final_obs"])), 0.0)
-            self.final_values.index_copy_(0, row, final_values.unsqueeze(0))
         if self.obs_rms is not None:
             self.obs_rms.update(next_obs)
         if self.return_rms is not None:
             self.running_return.mul_(self.gamma).add_(rewards)
             rewards = self._scaled_rewards(rewards, self.running_return)
             self.running_return.masked_fill_(terminated | truncated, 0.0)
+        final_obs = self._policy_obs(infos["final_obs"])  # with the statistics that include this step
+        if hasattr(policy, "after_step"):  # a memory: final observations valued now, from their episodes' memories
+            policy.after_step(terminated, truncated)
+            final_values = torch.where(truncated, policy.final_values(final_obs), 0.0)
+            self.final_values.index_copy_(0, row, final_values.unsqueeze(0))
         for storage, x in (
             (self.obs, obs),
             (self.actions, actions),
@@ -371,7 +372,7 @@ class RolloutCollector:
             (self.rewards, rewards),
             (self.terminated, terminated),
             (self.truncated, truncated),
-            (self.final_obs, self._policy_obs(infos["final_obs"])),
+            (self.final_obs, final_obs),
             (self.ended, ended),
             (self.ended_returns, ended_returns),
             (self.ended_lengths, ended_lengths),
