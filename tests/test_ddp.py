@@ -36,9 +36,17 @@ def run(cmd: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )
 
 
-# With -m slow (the default suite is at its time budget): PPO's variants (target_kl stopping, two losses;
-# PPO's plain case stays) and the populations, ~13-18 s each.
-SLOW = {"ppo_target_kl", "ppo_two_losses", "ppo_population", "ppo_population_diverging", "a2c_population"}
+# With -m slow (the default suite is at its time budget), ~13-24 s each: PPO's variants (target_kl stopping,
+# two losses, envpool envs, whose per-sub-env seeding tests/test_envpool.py checks; PPO's plain case stays)
+# and the populations.
+SLOW = {
+    "ppo_target_kl",
+    "ppo_two_losses",
+    "ppo_envpool",
+    "ppo_population",
+    "ppo_population_diverging",
+    "a2c_population",
+}
 
 
 @pytest.mark.parametrize("algo", [pytest.param(a, marks=pytest.mark.slow) if a in SLOW else a for a in sorted(ALGOS)])

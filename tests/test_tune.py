@@ -74,6 +74,7 @@ def test_the_cli_reports_a_bad_search_space_in_one_line(tmp_path):
     assert out.stderr.strip() == expected
 
 
+@pytest.mark.slow  # ~30 s of worker processes; test_six_trials_in_two_processes_share_one_sqlite_study covers --jobs
 def test_jobs_workers_with_a_sampler_seed_suggest_different_trials(tmp_path):
     # One sampler seed for all --jobs workers made them suggest the same parameters, trial for trial.
     args = ["tune", "--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "4"]
