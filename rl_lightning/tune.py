@@ -18,7 +18,7 @@ history and the hyperparameter importances as PNG beside it.
 
 ``--seeds 0,1,2`` (or ``0-4``) runs the config once per seed instead, and reports the final and best
 returns per seed and their mean and interquartile mean with bootstrap confidence intervals, with the
-curves in ``curves.png``. An algorithm that trains populations (PPO, A2C; docs/population.md) trains
+curves in ``curves.png``. An algorithm that trains populations (PPO, A2C, SAC, TQC; docs/population.md) trains
 the seeds as one population, one fit whose member ``k`` is the run of seed ``k`` (``run.population_seeds``);
 ``--jobs N`` then splits the seeds into N populations, one per worker process. Other algorithms, a config
 that sets its own ``run.population``, and ``--no_population`` run one fit per seed, each a queued trial of

@@ -163,6 +163,14 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
     # of the epoch where it was not logged, so phases without an episode end would log stale returns.
     "sac": lambda steps: build(SAC, env=PENDULUM_16, **off_policy_args(steps)),
     "td3": lambda steps: build(TD3, env=PENDULUM_16, **off_policy_args(steps)),
+    # An off-policy population: each member's own part of each rank's buffer, its own learning rate and tau.
+    "sac_population": lambda steps: build(
+        SAC,
+        env=PENDULUM_16,
+        population=2,
+        population_variants={"learning_rate": [3e-4, 1e-3], "tau": [0.005, 0.02]},
+        **off_policy_args(steps),
+    ),
 }
 
 

@@ -386,3 +386,39 @@ def assert_matches_golden(name: str, got: dict[str, Any]) -> None:
         assert got["eval_return"] == want["eval_return"]
     else:
         assert got["eval_return"] == pytest.approx(want["eval_return"], rel=0.05, abs=1.0)
+
+
+class Corridor(gym.Env):
+    """Walk right to the goal: 16-step episodes (truncated), deterministic start, reward for right."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.x = 0, 0.0
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.x, self.t / 16], np.float32)
+
+    def step(self, action):
+        self.t += 1
+        self.x = min(max(self.x + (0.1 if action == 1 else -0.1), 0.0), 1.0)
+        return self._obs(), float(action == 1), False, self.t >= 16, {}
+
+
+class SlidingCorridor(Corridor):
+    """The same corridor with a continuous push in [-1, 1] (for SAC, TD3, DDPG)."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def step(self, action):
+        self.t += 1
+        self.x = min(max(self.x + 0.1 * float(action[0]), 0.0), 1.0)
+        return self._obs(), float(action[0]), False, self.t >= 16, {}
+
+
+# 16-step episodes end at epoch ends in the resume tests (tests/test_resume.py, tests/test_population_sac.py).
+register("test/Corridor-v0", Corridor)
+register("test/SlidingCorridor-v0", SlidingCorridor)

@@ -46,6 +46,7 @@ SLOW = {
     "ppo_population",
     "ppo_population_diverging",
     "a2c_population",
+    "sac_population",
 }
 
 

@@ -8,9 +8,7 @@ To prove everything else is exact, these tests use an env whose reset is determi
 episodes end exactly at the checkpoint: there, interrupted and uninterrupted runs match bit for bit.
 """
 
-import gymnasium as gym
 import lightning as L
-import numpy as np
 import pytest
 import torch
 
@@ -18,41 +16,6 @@ from rl_lightning import C51, DQN, PPO, QRDQN, SAC, TQC, CrossQ, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.checkpointing import ReplaySideFileIO
 from tests.helpers import build, quick_trainer
-
-
-class Corridor(gym.Env):
-    """Walk right to the goal: 16-step episodes (truncated), deterministic start, reward for right."""
-
-    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.x = 0, 0.0
-        return self._obs(), {}
-
-    def _obs(self):
-        return np.array([self.x, self.t / 16], np.float32)
-
-    def step(self, action):
-        self.t += 1
-        self.x = min(max(self.x + (0.1 if action == 1 else -0.1), 0.0), 1.0)
-        return self._obs(), float(action == 1), False, self.t >= 16, {}
-
-
-class SlidingCorridor(Corridor):
-    """The same corridor with a continuous push in [-1, 1] (for SAC, TD3, DDPG)."""
-
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def step(self, action):
-        self.t += 1
-        self.x = min(max(self.x + 0.1 * float(action[0]), 0.0), 1.0)
-        return self._obs(), float(action[0]), False, self.t >= 16, {}
-
-
-gym.register("test/Corridor-v0", entry_point=Corridor)
-gym.register("test/SlidingCorridor-v0", entry_point=SlidingCorridor)
 
 
 def ppo(total: int) -> PPO:

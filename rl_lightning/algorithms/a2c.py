@@ -181,7 +181,7 @@ class A2C(RLModule):
                 foreach=True,
                 capturable=capturable,
             )
-            return on_policy.with_member_learning_rates(self, rmsprop)
-        return on_policy.with_member_learning_rates(
-            self, self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+            return self.with_member_learning_rates(rmsprop)
+        return self.with_member_learning_rates(
+            self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
         )

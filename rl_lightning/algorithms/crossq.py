@@ -57,6 +57,9 @@ class CrossQ(SAC):
     """
 
     target_critic = False
+    # Its batch renormalization keeps running statistics that one batched update cannot keep per member.
+    trains_populations = False
+    member_hyperparameters = ()
 
     def __init__(
         self,

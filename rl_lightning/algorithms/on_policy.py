@@ -15,7 +15,7 @@ from rl_lightning.data.rollout import Rollout, RolloutBatch, Rollouts, gae_batch
 from rl_lightning.envs.normalize import normalizers
 from rl_lightning.errors import check
 from rl_lightning.networks.policies import ActorCritic
-from rl_lightning.networks.population import member_learning_rates, members_first
+from rl_lightning.networks.population import members_first
 from rl_lightning.validation import at_least
 
 ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
@@ -119,13 +119,6 @@ def per_sub_env(module: Any, name: str) -> float | Tensor:
     each of its ``num_envs`` sub-envs."""
     value = module.member_hparam(name)
     return value.repeat_interleave(module.env_config.num_envs) if isinstance(value, Tensor) else value
-
-
-def with_member_learning_rates(module: Any, optimizer: Any) -> Any:
-    """``optimizer`` (built with the module's ``learning_rate``), where the members vary it
-    (``run.population_variants``) with each member's own (``member_learning_rates``)."""
-    lr = module.member_hparam("learning_rate")
-    return member_learning_rates(optimizer, lr) if isinstance(lr, Tensor) else optimizer
 
 
 def explained_variance(returns: Tensor, values: Tensor) -> Tensor:

@@ -4,7 +4,7 @@ all members; and the checks and reports of populations. A plain run is a populat
 changes it.
 
 ``RLModule`` inherits ``PopulationMembers``; an algorithm that trains populations (``trains_populations``)
-builds its networks with ``make_population`` and steps with ``population_step`` (PPO, A2C).
+builds its networks with ``make_population`` and steps with ``population_step`` (PPO, A2C, SAC, TQC).
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from torchmetrics import MeanMetric
 
 from rl_lightning.config import sample_variant
 from rl_lightning.errors import ConfigError, DivergenceError, check
-from rl_lightning.networks.population import Population, clip_grad_norm_per_member, step_members
+from rl_lightning.networks.population import (
+    Population,
+    clip_grad_norm_per_member,
+    member_learning_rates,
+    step_members,
+)
 from rl_lightning.seeding import draw_env_seed, env_seed_drawn_by
 
 
@@ -65,11 +70,21 @@ class PopulationMembers:
             return [self.env_config.seed] * self.population
         return [env_seed_drawn_by(seed) for seed in self.run_config.population_seeds]
 
-    def make_population(self, make: Callable[[], torch.nn.Module]) -> Population:
+    def make_population(
+        self, make: Callable[[], torch.nn.Module], before: Callable[[], Any] | None = None
+    ) -> Population:
         """A ``Population`` of the networks ``make()`` builds, member ``k``'s as its run builds them: under
-        its seed, after the env seed that run draws where it draws one (``member_env_seeds``)."""
+        its seed, after the env seed that run draws where it draws one (``member_env_seeds``) and after
+        ``before()``, the networks that run builds first (their draws from the RNG)."""
         draws = bool(self.run_config.population_seeds) and self.env_config.seed is None
-        return Population(make, self.member_seeds, before_make=(lambda: draw_env_seed(None)) if draws else None)
+
+        def before_make() -> None:
+            if draws:
+                draw_env_seed(None)
+            if before is not None:
+                before()
+
+        return Population(make, self.member_seeds, before_make=before_make)
 
     def member_hparam(self, name: str) -> Any:
         """The value of the algorithm's hyperparameter ``name`` its update uses: as given, or where the members
@@ -82,6 +97,38 @@ class PopulationMembers:
         if not self.variants:
             return [dict(self.hparams)]
         return [{**self.hparams, **{n: v[k] for n, v in self.variants.items()}} for k in range(self.population)]
+
+    def with_member_learning_rates(self, optimizer: Any) -> Any:
+        """``optimizer`` (built with the module's ``learning_rate``), where the members vary it
+        (``run.population_variants``) with each member's own (``member_learning_rates``)."""
+        lr = self.member_hparam("learning_rate")
+        return member_learning_rates(optimizer, lr) if isinstance(lr, Tensor) else optimizer
+
+    # What lets one update read the same for a run and a population (SAC): a run's networks, losses and
+    # steps as they are; a population's every member at once, each on its own rows (inputs and outputs
+    # member-major, ``(N, B, ...)``).
+    def members_call(self, network: torch.nn.Module, method: str, *inputs: Tensor) -> Any:
+        """``network.<method>(*inputs)``; of a population, every member's on its own rows (``Population.map``)."""
+        if self.population == 1:
+            return getattr(network, method)(*inputs)
+        return network.map(lambda member, *xs: getattr(member, method)(*xs), *inputs)
+
+    def per_member(self, fn: Callable[..., Any], *inputs: Tensor) -> Any:
+        """``fn(*inputs)``, a pure function of tensors (a loss); of a population, ``vmap``-ed over the members:
+        ``(N,)`` outputs, each member's of its own inputs (non-tensor arguments go in ``fn``, a closure)."""
+        return fn(*inputs) if self.population == 1 else torch.vmap(fn)(*inputs)
+
+    def members_step(self, optimizer: Any, loss: Tensor) -> None:
+        """``gradient_step`` of a run's loss; of a population's ``(N,)`` member losses, ``population_step``
+        (no clipping)."""
+        if self.population == 1:
+            self.gradient_step(optimizer, loss)
+        else:
+            self.population_step(optimizer, loss)
+
+    def member_mean(self, x: Tensor) -> Tensor:
+        """The mean of ``x``; of a population's member-major ``x``, each member's (``(N,)``: logged per member)."""
+        return x.mean() if self.population == 1 else x.flatten(1).mean(1)
 
     def population_step(
         self,

@@ -344,6 +344,6 @@ class PPO(RLModule):
         super().compile_networks(**compile_kwargs)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return on_policy.with_member_learning_rates(
-            self, self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
+        return self.with_member_learning_rates(
+            self.adam(self.agent.parameters(), lr=self.hparams.learning_rate, eps=1e-5)
         )

@@ -20,6 +20,11 @@ env units, as in SB3. Env actions are therefore always within bounds, whatever t
 
 Deviations: none of substance. Time-limit truncation bootstraps from the final observation (SB3
 does; CleanRL does not).
+
+With ``run.population: N`` (docs/population.md) the actor, the critics and their targets are
+``Population``s of N members and alpha is one per member; each member collects into and samples from
+its own part of the replay buffer (``Replay(members=N)``), and one update steps every member on its own
+batch (``members_call``, ``per_member``, ``members_step``): the same code as a run's.
 """
 
 from __future__ import annotations
@@ -99,6 +104,8 @@ class SAC(RLModule):
     ddp_find_unused_parameters = True  # actor, critic and alpha backward passes reach disjoint parameters
     checkpointed_attributes = ("num_updates",)
     target_critic = True  # Polyak-averaged target critics (CrossQ has none)
+    trains_populations = True
+    member_hyperparameters = ("learning_rate", "tau")
 
     def __init__(
         self,
@@ -126,8 +133,15 @@ class SAC(RLModule):
         )
         positive("ent_coef_init", ent_coef_init)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
+        check(
+            not (use_sde and self.population > 1),
+            f"use_sde does not work with run.population={self.population} (the members would share exploration "
+            "matrices); set it false or train the seeds as separate runs.",
+        )
         self.tune_alpha = ent_coef == "auto"
         log_alpha = torch.tensor(math.log(ent_coef_init if self.tune_alpha else float(ent_coef)))
+        if self.population > 1:
+            log_alpha = log_alpha.repeat(self.population)  # one alpha per member
         if self.tune_alpha:  # a parameter or a buffer: in the state_dict (and checkpoints) either way
             self.log_alpha = nn.Parameter(log_alpha)
         else:
@@ -138,8 +152,14 @@ class SAC(RLModule):
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
         obs_dim, act_dim = flat_dim(observation_space), int(action_space.shape[0])
-        self.actor = self.build_actor(obs_dim, act_dim)
-        self.critic = self.build_critic(obs_dim, act_dim)
+        if self.population == 1:
+            self.actor = self.build_actor(obs_dim, act_dim)
+            self.critic = self.build_critic(obs_dim, act_dim)
+        else:  # each member's networks as its run builds them: the actor, then the critics
+            self.actor = self.make_population(lambda: self.build_actor(obs_dim, act_dim))
+            self.critic = self.make_population(
+                lambda: self.build_critic(obs_dim, act_dim), before=lambda: self.build_actor(obs_dim, act_dim)
+            )
         if self.target_critic:
             self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.target_entropy = float(-act_dim if hp.target_entropy is None else hp.target_entropy)
@@ -156,7 +176,9 @@ class SAC(RLModule):
         return QEnsemble(obs_dim, act_dim, self.hparams.hidden_sizes, n=2, activation=self.hparams.activation)
 
     def build_experience(self) -> Replay:
-        self.replay = Replay(self.replay_config, gamma=self.hparams.gamma, normalized_actions=True)
+        self.replay = Replay(
+            self.replay_config, gamma=self.hparams.gamma, normalized_actions=True, members=self.population
+        )
         return self.replay
 
     # ----------------------------------------------------------------------------------- acting
@@ -205,8 +227,12 @@ class SAC(RLModule):
         return out[:2]
 
     def update(self, b: ReplayBatch) -> Tensor:
-        """One gradient step on the batch ``b``: ``batch_update`` (one CUDA graph with CUDA graphs on)."""
-        return self.run_update(self.batch_update, b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs)
+        """One gradient step on the batch ``b``: ``batch_update`` (one CUDA graph with CUDA graphs on); a
+        population's batch member-major, ``(N, B, ...)``."""
+        fields = b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs
+        if self.population > 1:
+            fields = tuple(x.unflatten(0, (self.population, -1)) for x in fields)
+        return self.run_update(self.batch_update, *fields)
 
     def batch_update(
         self, obs: Tensor, actions: Tensor, rewards: Tensor, discounts: Tensor, terminated: Tensor, next_obs: Tensor
@@ -218,27 +244,31 @@ class SAC(RLModule):
         actor_opt, critic_opt, *alpha_opt = self.optimizers()
         if hp.use_sde and self.graphs.enabled:
             self.actor.reset_noise()  # inside the graph, so that its replays draw new noise
-        actions_pi, log_pi = self.actor.sample(obs)
+        actions_pi, log_pi = self.members_call(self.actor, "sample", obs)
         alpha = self.log_alpha.detach().exp()  # this step's alpha: the value before its update
         if self.tune_alpha:
-            self.gradient_step(alpha_opt[0], alpha_loss(self.log_alpha, log_pi, self.target_entropy))
+            target_entropy = self.target_entropy
+            loss_alpha = self.per_member(lambda a, lp: alpha_loss(a, lp, target_entropy), self.log_alpha, log_pi)
+            self.members_step(alpha_opt[0], loss_alpha)
 
         with torch.no_grad():
-            next_actions, next_log_pi = self.actor.sample(next_obs)
-            next_q = self.critic_target(next_obs, next_actions)
-            target = self.td_target(rewards, discounts, terminated, next_q, next_log_pi, alpha)
-        q = self.critic(obs, actions)
-        loss_q = self.critic_loss(q, target)
-        self.gradient_step(critic_opt, loss_q)
+            next_actions, next_log_pi = self.members_call(self.actor, "sample", next_obs)
+            next_q = self.members_call(self.critic_target, "forward", next_obs, next_actions)
+            target = self.per_member(self.td_target, rewards, discounts, terminated, next_q, next_log_pi, alpha)
+        q = self.members_call(self.critic, "forward", obs, actions)
+        loss_q = self.per_member(self.critic_loss, q, target)
+        self.members_step(critic_opt, loss_q)
 
         # The actor's gradient flows through the (just updated) critics into the actions only.
         self.critic.requires_grad_(False)
-        loss_pi = self.actor_loss(self.critic(obs, actions_pi), log_pi, alpha)
+        q_pi = self.members_call(self.critic, "forward", obs, actions_pi)
+        loss_pi = self.per_member(self.actor_loss, q_pi, log_pi, alpha)
         self.critic.requires_grad_(True)
-        self.gradient_step(actor_opt, loss_pi)
+        self.members_step(actor_opt, loss_pi)
 
-        polyak_update(self.critic, self.critic_target, hp.tau)
-        return torch.stack([loss_q, loss_pi, q.mean(), -log_pi.mean(), alpha]).detach()
+        polyak_update(self.critic, self.critic_target, self.member_hparam("tau"))
+        # A population's: each an (N,) tensor, logged per member (log_training).
+        return torch.stack([loss_q, loss_pi, self.member_mean(q), -self.member_mean(log_pi), alpha]).detach()
 
     # The losses, as methods so that TQC can replace them (pure functions above).
     def td_target(
@@ -260,4 +290,4 @@ class SAC(RLModule):
         ]
         if self.tune_alpha:
             opts.append(self.adam([self.log_alpha], lr, clipped=False))
-        return opts
+        return [self.with_member_learning_rates(opt) for opt in opts]

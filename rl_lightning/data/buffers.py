@@ -104,6 +104,9 @@ class ReplayBuffer:
             (the leading axis of the observation) and rebuilds stacks when sampling.
         seed: Seed of the sampling RNG; ``None`` draws it from torch's RNG (so ``seed_everything``
             fixes it).
+        members: The streams belong to this many population members, member ``k``'s the ``num_envs /
+            members`` from ``k * num_envs / members``: ``sample(b)`` draws ``b`` transitions from each
+            member's own streams, member by member (``members * b`` rows). Uniform replay only.
     """
 
     def __init__(
@@ -117,8 +120,12 @@ class ReplayBuffer:
         gamma: float = 0.99,
         frame_stack: int = 1,
         seed: int | None = None,
+        members: int = 1,
     ) -> None:
         self.num_envs, self.n_step, self.gamma, self.frame_stack = num_envs, n_step, gamma, frame_stack
+        if num_envs % members:
+            raise ValueError(f"{num_envs} sub-envs do not split into {members} members.")
+        self.members = members
         self.rows = math.ceil(buffer_size / num_envs)
         if self.rows < frame_stack + n_step + 2:
             raise ValueError(
@@ -235,21 +242,30 @@ class ReplayBuffer:
         return int(np.minimum(self.rows_written, self.rows).sum())
 
     def sample(self, batch_size: int) -> ReplayBatch:
-        """Uniform over stored transitions (rows that are not final observations or heads)."""
+        """Uniform over stored transitions (rows that are not final observations or heads); of a
+        population's buffer (``members``), ``batch_size`` from each member's streams, member-major."""
         if self.num_adds == 0:
             raise RuntimeError("Cannot sample from an empty replay buffer.")
         filled = np.minimum(self.rows_written, self.rows)
         cum = filled.cumsum()
-        # Rejection sampling: draw twice the rows needed, uniformly over filled rows, keep the first
-        # valid ones (still i.i.d. uniform over valid rows). Few rows are not transitions (final
-        # observations, heads): one round suffices unless episodes last a step or two.
-        while True:
-            flat = self.rng.integers(0, cum[-1], size=2 * batch_size)
-            env = np.searchsorted(cum, flat, side="right")
-            row = flat - cum[env] + filled[env]
-            keep = np.flatnonzero(self.valid[env, row])[:batch_size]
-            if len(keep) == batch_size:
-                return self._gather(env[keep], row[keep], np.ones(batch_size, dtype=np.float32))
+        ends = cum.reshape(self.members, -1)[:, -1]  # member k's filled rows are [ends[k - 1], ends[k])
+        starts = ends - filled.reshape(self.members, -1).sum(1)
+        envs, rows = [], []
+        for start, end in zip(starts, ends, strict=True):
+            # Rejection sampling: draw twice the rows needed, uniformly over filled rows, keep the first
+            # valid ones (still i.i.d. uniform over valid rows). Few rows are not transitions (final
+            # observations, heads): one round suffices unless episodes last a step or two.
+            while True:
+                flat = self.rng.integers(start, end, size=2 * batch_size)
+                env = np.searchsorted(cum, flat, side="right")
+                row = flat - cum[env] + filled[env]
+                keep = np.flatnonzero(self.valid[env, row])[:batch_size]
+                if len(keep) == batch_size:
+                    envs.append(env[keep])
+                    rows.append(row[keep])
+                    break
+        env, row = (np.concatenate(x) if self.members > 1 else x[0] for x in (envs, rows))
+        return self._gather(env, row, np.ones(len(row), dtype=np.float32))
 
     def _stack_rows(self, env: np.ndarray, row: np.ndarray) -> np.ndarray:
         """Flat rows of each sample's observation: ``[B]``, or ``[B, k]`` frames oldest first."""
@@ -384,6 +400,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(self, *args: Any, alpha: float = 0.6, eps: float = 1e-6, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.members > 1:
+            raise ValueError("Prioritized replay has no per-member sampling: a population replays uniformly.")
         self.alpha, self.eps = alpha, eps
         self.tree = SumTree(self.num_envs * self.rows)
         self.max_priority = 1.0

@@ -185,6 +185,10 @@ class Replay(CollectorSide):
         normalized_actions: Box actions in ``[-1, 1]`` inside, rescaled to the env's bounds on their way
             to it (see ``ReplayCollector``).
         on_episode_end: See ``ReplayCollector``.
+        members: A population's members (``run.population``): the envs' sub-envs split into this many
+            runs, member ``k``'s the ``num_envs`` from ``k * num_envs``; the buffer holds ``buffer_size``
+            transitions per member, the warm-up is ``learning_starts`` env steps per member, and
+            ``sample`` draws ``batch_size`` rows from each member's own transitions (member-major).
     """
 
     def __init__(
@@ -196,8 +200,10 @@ class Replay(CollectorSide):
         prioritized_alpha: float | None = None,
         normalized_actions: bool = False,
         on_episode_end: Callable[[np.ndarray], None] | None = None,
+        members: int = 1,
     ) -> None:
         self.config = config
+        self.members = members
         self.on_episode_end = on_episode_end
         self.buffer_kwargs: dict[str, Any] = {"n_step": n_step, "gamma": gamma, "frame_stack": frame_stack}
         self.prioritized_alpha = prioritized_alpha
@@ -223,20 +229,21 @@ class Replay(CollectorSide):
             normalized_actions=self.normalized_actions,
             on_episode_end=self.on_episode_end,
         )
-        self.warmup_until = math.ceil(self.config.learning_starts / (envs.num_envs * world_size))
+        member_envs = envs.num_envs // self.members
+        self.warmup_until = math.ceil(self.config.learning_starts / (member_envs * world_size))
 
     def _make_buffer(self, envs: gym.vector.VectorEnv, seed: int) -> ReplayBuffer:
         cfg = self.config
         device = torch.device("cpu") if cfg.buffer_on_cpu else self.device
         spaces = envs.single_observation_space, envs.single_action_space  # as stored: flat where structured
-        kwargs = dict(self.buffer_kwargs, device=device, seed=seed)
+        kwargs = dict(self.buffer_kwargs, device=device, seed=seed, members=self.members)
         if kwargs["frame_stack"] is None:
             kwargs["frame_stack"] = getattr(envs, "frame_stack", 1)
         if self.prioritized_alpha is None:
-            buffer = ReplayBuffer(cfg.buffer_size, envs.num_envs, *spaces, **kwargs)
+            buffer = ReplayBuffer(cfg.buffer_size * self.members, envs.num_envs, *spaces, **kwargs)
         else:
             buffer = PrioritizedReplayBuffer(
-                cfg.buffer_size, envs.num_envs, *spaces, alpha=self.prioritized_alpha, **kwargs
+                cfg.buffer_size * self.members, envs.num_envs, *spaces, alpha=self.prioritized_alpha, **kwargs
             )
         rank_zero_info(
             f"Replay buffer: {buffer.nbytes / 1e9:.2f} GB on {device} per rank "
@@ -255,8 +262,9 @@ class Replay(CollectorSide):
         self.vector_steps = self.collector.collect(act, self.config.train_freq, self.warmup_until)
 
     def sample(self, batch_size: int | None = None, beta: float = 0.4) -> ReplayBatch:
-        """A minibatch (``batch_size`` rows, default the config's) on the module's device;
-        ``beta`` is prioritized replay's importance-sampling exponent."""
+        """A minibatch (``batch_size`` rows, default the config's; a population's that many from each
+        member, member-major) on the module's device; ``beta`` is prioritized replay's importance-sampling
+        exponent."""
         assert self.buffer is not None, "start() first"
         size = batch_size or self.config.batch_size
         if isinstance(self.buffer, PrioritizedReplayBuffer):

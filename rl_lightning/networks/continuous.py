@@ -176,7 +176,7 @@ class EnsembleLinear(nn.Module):
         return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:
-        n, in_dim, out_dim = self.weight.shape
+        n, in_dim, out_dim = self.weight.shape[-3:]  # a population's: a member dimension before them
         return f"n={n}, in_features={in_dim}, out_features={out_dim}"
 
 

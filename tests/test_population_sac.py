@@ -1,0 +1,174 @@
+"""Populations of an off-policy algorithm (SAC, and TQC on its code): each member collects into and samples from
+its own part of one replay buffer, and one update steps every member on its own batch exactly as the run of its
+seed (with its own learning rate and tau) would step on that batch."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from rl_lightning import SAC, TQC, CrossQ, EnvConfig
+from rl_lightning.callbacks import LastCheckpoint
+from rl_lightning.config import ReplayConfig
+from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rl_lightning.data.replay import Replay
+from rl_lightning.errors import ConfigError
+from tests.helpers import build, quick_trainer
+
+PENDULUM = EnvConfig("Pendulum-v1", num_envs=2, seed=3)
+TINY_REPLAY = dict(learning_starts=64, batch_size=16, buffer_size=1000)
+
+
+def population_sac(cls: type = SAC, population: int = 3, total: int = 256, **kw) -> SAC:
+    args = dict(
+        env=PENDULUM,
+        total_env_steps=total,
+        env_steps_per_epoch=128,
+        eval_episodes=1,
+        population=population,
+        hidden_sizes=(8, 8),
+        replay=TINY_REPLAY,
+    )
+    return build(cls, **{**args, **kw})
+
+
+def by_hand(module):
+    """``module`` built with its optimizers, to be stepped by hand (no trainer)."""
+    module.build_for_env()
+    opts = module.configure_optimizers()
+    module.optimizers = lambda: opts
+    module.manual_backward = lambda loss: loss.backward()
+    return opts
+
+
+def batch(members: int, rows: int = 24) -> tuple[torch.Tensor, ...]:
+    """A replay batch per member, ``(N, B, ...)``: obs, normalized actions, rewards, discounts, terminated, next obs."""
+    g = torch.Generator().manual_seed(0)
+    return (
+        torch.randn(members, rows, 3, generator=g),
+        torch.rand(members, rows, 1, generator=g) * 2 - 1,
+        torch.randn(members, rows, generator=g) * torch.tensor([1.0, 10.0, 0.1])[:members].view(-1, 1),
+        torch.full((members, rows), 0.99),
+        (torch.rand(members, rows, generator=g) < 0.2).float(),
+        torch.randn(members, rows, 3, generator=g),
+    )
+
+
+@pytest.mark.parametrize("cls", [SAC, TQC])
+def test_a_members_updates_equal_its_single_runs_with_its_own_learning_rate_and_tau(cls, monkeypatch):
+    """The same batches: after two updates member k's actor, critics, target critics and alpha are those of a
+    single run of its seed built with its learning rate and tau (up to float reassociation). The actor's noise
+    is fixed so both draw the same actions."""
+    monkeypatch.setattr(torch, "randn_like", lambda x: torch.full_like(x, 0.3))
+    variants = {"learning_rate": [3e-4, 1e-3, 3e-3], "tau": [0.005, 0.05, 0.5]}
+    population = population_sac(cls, population_variants=variants)
+    by_hand(population)
+    b = batch(3)
+    outs = [population.batch_update(*b).clone() for _ in range(2)]
+    single_outs = []
+    for k, seed in enumerate(population.member_seeds):
+        torch.manual_seed(seed)
+        single = population_sac(cls, population=1, learning_rate=variants["learning_rate"][k], tau=variants["tau"][k])
+        by_hand(single)
+        single_outs.append(torch.stack([single.batch_update(*(x[k] for x in b)).clone() for _ in range(2)]))
+        for name in ("actor", "critic", "critic_target"):
+            members = getattr(population, name).members
+            for (pname, p), q in zip(members.named_parameters(), getattr(single, name).parameters(), strict=True):
+                torch.testing.assert_close(p[k], q, msg=f"member {k} {name}.{pname}")
+        torch.testing.assert_close(population.log_alpha[k], single.log_alpha)
+    # What is logged per member (critic and actor losses, mean Q, entropy, alpha): each its run's.
+    torch.testing.assert_close(torch.stack(outs), torch.stack(single_outs, dim=-1))
+
+
+def test_a_member_that_diverges_is_frozen_and_the_others_update():
+    population = population_sac()
+    by_hand(population)
+    before = {n: p.detach().clone() for n, p in population.named_parameters()}
+    obs, *rest = batch(3)
+    obs[1, 0, 0] = math.nan  # member 1's batch only
+    population.batch_update(obs, *rest)
+    assert population.diverged_members.tolist() == [False, True, False]
+    for name, p in population.named_parameters():
+        assert torch.equal(p[1], before[name][1]), name
+        if name.startswith(("actor", "critic")):
+            assert not torch.equal(p[0], before[name][0]), name
+
+
+def test_each_member_samples_its_own_transitions_and_keeps_its_own_budget_of_them():
+    space = gym.spaces.Box(-1.0, 1.0, (1,))
+    buffer = ReplayBuffer(3 * 40, 6, space, space, members=3, seed=0)
+    assert buffer.rows == 20  # 40 transitions per member, over its 2 sub-envs
+    for t in range(8):  # sub-env e's observations hold e
+        obs = torch.arange(6.0).view(6, 1)
+        buffer.add(obs, torch.zeros(6, 1), np.full(6, float(t)), obs, np.zeros(6, bool), np.zeros(6, bool))
+    sampled = buffer.sample(50).obs.view(3, 50)
+    for k in range(3):  # member k's rows come from its sub-envs 2k and 2k + 1 only, both of them
+        assert set(sampled[k].tolist()) == {2.0 * k, 2.0 * k + 1}
+    with pytest.raises(ValueError, match="do not split"):
+        ReplayBuffer(100, 5, space, space, members=2)
+    with pytest.raises(ValueError, match="a population replays uniformly"):
+        PrioritizedReplayBuffer(100, 4, space, space, members=2)
+    # The warm-up counts each member's env steps: 64 over a member's 2 sub-envs is 32 vector steps.
+    envs = gym.make_vec("Pendulum-v1", num_envs=6)
+    replay = Replay(ReplayConfig(buffer_size=100, learning_starts=64, batch_size=8, train_freq=1), members=3)
+    replay.start(envs, torch.device("cpu"), 0, 1, graphs=None)
+    replay.collect(lambda obs: torch.zeros(len(obs), 1))
+    assert replay.vector_steps == 33 and replay.buffer.rows == 50
+    assert replay.sample().obs.shape == (24, 3)
+    envs.close()
+
+
+def test_a_population_fits_resumes_exactly_and_exports_a_member(tmp_path):
+    """As a run's (tests/test_resume.py): episodes end at the checkpoint, the buffer is saved with it."""
+
+    def corridor_sac() -> SAC:
+        return population_sac(
+            env=EnvConfig("test/SlidingCorridor-v0", num_envs=2, seed=0),
+            population=2,
+            total=1024,
+            env_steps_per_epoch=256,
+            replay=dict(TINY_REPLAY, train_freq=4, gradient_steps=2, save_replay_buffer=True),
+        )
+
+    L.seed_everything(0)
+    straight = corridor_sac()
+    quick_trainer().fit(straight)
+    L.seed_everything(0)
+    interrupted = corridor_sac()
+    callback = LastCheckpoint(dirpath=tmp_path)
+    quick_trainer(max_epochs=2, callbacks=[callback], enable_checkpointing=True).fit(interrupted)
+    assert interrupted.env_steps == 576  # per member: 64 warm-up + 2 x 256, episodes end here
+    torch.manual_seed(123)
+    resumed = corridor_sac()
+    trainer = quick_trainer(log_every_n_steps=1)
+    trainer.fit(resumed, ckpt_path=tmp_path / "last.ckpt")
+    assert resumed.env_steps == straight.env_steps == 1024
+    assert straight.state_dict()["log_alpha"].shape == (2,)
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    metrics = trainer.callback_metrics
+    members = torch.stack([metrics[f"member_{k}/val/episode_return"] for k in range(2)])
+    torch.testing.assert_close(metrics["val/episode_return"], members.mean())
+    losses = torch.stack([metrics[f"member_{k}/train/critic_loss"] for k in range(2)])
+    torch.testing.assert_close(metrics["train/critic_loss"], losses.mean())
+    program = resumed.export_policy(member=1)
+    obs = torch.randn(4, *resumed.observation_space.shape)
+    torch.testing.assert_close(program.module()(obs), resumed(obs.repeat(2, 1))[4:])  # member-major rows
+
+
+@pytest.mark.parametrize(
+    "cls, options, message",
+    [
+        (CrossQ, {}, "CrossQ does not train populations"),
+        (SAC, {"use_sde": True}, "use_sde does not work with run.population=2"),
+        (SAC, {"population_variants": {"gamma": [0.9, 0.99]}}, "SAC's gamma cannot differ between members"),
+    ],
+)
+def test_what_a_population_cannot_keep_per_member_is_refused(cls, options, message):
+    with pytest.raises(ConfigError, match=message):
+        population_sac(cls, population=2, **options)
