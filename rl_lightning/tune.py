@@ -18,12 +18,13 @@ history and the hyperparameter importances as PNG beside it.
 
 ``--seeds 0,1,2`` (or ``0-4``) runs the config once per seed instead, and reports the final and best
 returns per seed and their mean and interquartile mean with bootstrap confidence intervals, with the
-curves in ``curves.png``. An algorithm that trains populations (PPO, A2C, SAC, TQC; docs/population.md) trains
-the seeds as one population, one fit whose member ``k`` is the run of seed ``k`` (``run.population_seeds``);
-``--jobs N`` then splits the seeds into N populations, one per worker process. Other algorithms, a config
-that sets its own ``run.population``, and ``--no_population`` run one fit per seed, each a queued trial of
-the study, ``--jobs N`` of them at a time. ``--jobs N`` runs N worker processes on this machine, on
-either kind of study. ``--trial_seeds`` fits each trial of a search on its seeds the same way: one
+curves in ``curves.png``. An algorithm that trains populations (PPO, A2C, SAC, TQC, TD3, DDPG;
+docs/population.md) trains the seeds as one population, one fit whose member ``k`` is the run of seed
+``k`` (``run.population_seeds``); ``--jobs N`` then splits the seeds into N populations, one per worker
+process. Other algorithms, a config that sets its own ``run.population``, and ``--no_population`` run
+one fit per seed, each a queued trial of the study, ``--jobs N`` of them at a time. ``--jobs N`` runs N
+worker processes on this machine, on either kind of study. ``--trial_seeds`` fits each trial of a search
+on its seeds the same way: one
 population, or (``--no_population``) one fit per seed.
 
 The search space is a YAML file of model arguments (dotted for ``env``, ``run`` and ``replay``

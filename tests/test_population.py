@@ -332,7 +332,7 @@ def test_videos_of_a_population_are_refused_before_any_env_step():
 
 
 def test_algorithms_without_populations_refuse_them_naming_those_with():
-    with pytest.raises(ConfigError, match="RecurrentPPO does not train populations.*A2C, PPO, SAC, TQC do"):
+    with pytest.raises(ConfigError, match="RecurrentPPO does not train populations.*A2C, DDPG, PPO, SAC, TD3, TQC do"):
         build(RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=2), population=2)
 
 

@@ -1,6 +1,6 @@
-"""Populations of an off-policy algorithm (SAC, and TQC on its code): each member collects into and samples from
-its own part of one replay buffer, and one update steps every member on its own batch exactly as the run of its
-seed (with its own learning rate and tau) would step on that batch."""
+"""Populations of the off-policy actor-critics (SAC and TQC on its code, TD3 and DDPG on its): each member collects
+into and samples from its own part of one replay buffer, and one update steps every member on its own batch exactly
+as the run of its seed (with its own learning rate and tau) would step on that batch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import SAC, TQC, CrossQ, EnvConfig
+from rl_lightning import DDPG, SAC, TD3, TQC, CrossQ, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.config import ReplayConfig
 from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBuffer
@@ -83,6 +83,43 @@ def test_a_members_updates_equal_its_single_runs_with_its_own_learning_rate_and_
         torch.testing.assert_close(population.log_alpha[k], single.log_alpha)
     # What is logged per member (critic and actor losses, mean Q, entropy, alpha): each its run's.
     torch.testing.assert_close(torch.stack(outs), torch.stack(single_outs, dim=-1))
+
+
+@pytest.mark.parametrize("cls", [TD3, DDPG])
+def test_a_td3_members_updates_equal_its_single_runs(cls, monkeypatch):
+    """Two critic updates and a delayed actor update with the targets' (TD3's target smoothing noise fixed)."""
+    monkeypatch.setattr(torch, "randn_like", lambda x: torch.full_like(x, 0.3))
+    variants = {"learning_rate": [3e-4, 1e-3, 3e-3], "tau": [0.005, 0.05, 0.5]}
+    population = population_sac(cls, population_variants=variants)
+    by_hand(population)
+    b = batch(3)
+
+    def updates(module, b):
+        return torch.stack([module.critic_update(*b), module.critic_update(*b)]), module.actor_update(b[0])
+
+    critic_outs, actor_out = updates(population, b)
+    for k, seed in enumerate(population.member_seeds):
+        torch.manual_seed(seed)
+        single = population_sac(cls, population=1, learning_rate=variants["learning_rate"][k], tau=variants["tau"][k])
+        by_hand(single)
+        single_critic_outs, single_actor_out = updates(single, [x[k] for x in b])
+        torch.testing.assert_close(critic_outs[..., k], single_critic_outs)
+        torch.testing.assert_close(actor_out[k], single_actor_out)
+        for name in ("actor", "critic", "actor_target", "critic_target"):
+            members = getattr(population, name).members
+            for (pname, p), q in zip(members.named_parameters(), getattr(single, name).parameters(), strict=True):
+                torch.testing.assert_close(p[k], q, msg=f"member {k} {name}.{pname}")
+
+
+def test_a_td3_population_fits_with_a_noise_process_per_sub_env_and_logs_each_member():
+    model = population_sac(TD3, population=2, total=128, noise_type="ornstein_uhlenbeck")
+    trainer = quick_trainer(log_every_n_steps=1)
+    trainer.fit(model)
+    assert model.env_steps == 128 and model.noise.state.shape[0] == 2 * 2  # 2 members x 2 sub-envs
+    metrics = trainer.callback_metrics
+    for name in ("train/critic_loss", "train/actor_loss", "val/episode_return"):
+        members = torch.stack([metrics[f"member_{k}/{name}"] for k in range(2)])
+        torch.testing.assert_close(metrics[name], members.mean())
 
 
 def test_a_member_that_diverges_is_frozen_and_the_others_update():

@@ -4,7 +4,7 @@ all members; and the checks and reports of populations. A plain run is a populat
 changes it.
 
 ``RLModule`` inherits ``PopulationMembers``; an algorithm that trains populations (``trains_populations``)
-builds its networks with ``make_population`` and steps with ``population_step`` (PPO, A2C, SAC, TQC).
+builds its networks with ``make_population`` and steps with ``population_step`` (PPO, A2C, SAC, TQC, TD3, DDPG).
 """
 
 from __future__ import annotations
@@ -107,11 +107,19 @@ class PopulationMembers:
     # What lets one update read the same for a run and a population (SAC): a run's networks, losses and
     # steps as they are; a population's every member at once, each on its own rows (inputs and outputs
     # member-major, ``(N, B, ...)``).
-    def members_call(self, network: torch.nn.Module, method: str, *inputs: Tensor) -> Any:
-        """``network.<method>(*inputs)``; of a population, every member's on its own rows (``Population.map``)."""
+    def member_rows(self, *fields: Tensor) -> tuple[Tensor, ...]:
+        """A sampled batch's fields as the update takes them: a run's as they are; a population's ``(N * B,
+        ...)`` rows (``Replay.sample``: member-major) as ``(N, B, ...)``."""
         if self.population == 1:
-            return getattr(network, method)(*inputs)
-        return network.map(lambda member, *xs: getattr(member, method)(*xs), *inputs)
+            return fields
+        return tuple(x.unflatten(0, (self.population, -1)) for x in fields)
+
+    def members_call(self, network: torch.nn.Module, method: str, *inputs: Tensor, **options: Any) -> Any:
+        """``network.<method>(*inputs, **options)``; of a population, every member's on its own rows
+        (``Population.map``; ``options`` go to every member as they are)."""
+        if self.population == 1:
+            return (network if method == "forward" else getattr(network, method))(*inputs, **options)
+        return network.map(lambda member, *xs, **kw: getattr(member, method)(*xs, **kw), *inputs, **options)
 
     def per_member(self, fn: Callable[..., Any], *inputs: Tensor) -> Any:
         """``fn(*inputs)``, a pure function of tensors (a loss); of a population, ``vmap``-ed over the members:

@@ -229,9 +229,7 @@ class SAC(RLModule):
     def update(self, b: ReplayBatch) -> Tensor:
         """One gradient step on the batch ``b``: ``batch_update`` (one CUDA graph with CUDA graphs on); a
         population's batch member-major, ``(N, B, ...)``."""
-        fields = b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs
-        if self.population > 1:
-            fields = tuple(x.unflatten(0, (self.population, -1)) for x in fields)
+        fields = self.member_rows(b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs)
         return self.run_update(self.batch_update, *fields)
 
     def batch_update(

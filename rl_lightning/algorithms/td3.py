@@ -24,6 +24,9 @@ one per step.
 Deviations: none of substance. The delay counts gradient steps over the whole run (SB3's
 ``_n_updates``; CleanRL counts env steps). Time-limit truncation bootstraps from the final
 observation (SB3 does; CleanRL does not).
+
+``run.population: N`` trains N seeds as one batched model as SAC does (docs/population.md): the
+updates are one code for a run and a population.
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ class TD3(RLModule):
     ddp_find_unused_parameters = True  # actor and critic backward passes reach disjoint parameters
     checkpointed_attributes = ("num_updates",)
     n_critics = 2  # clipped double-Q (DDPG: 1)
+    trains_populations = True  # run.population: as SAC's (docs/population.md)
+    member_hyperparameters = ("learning_rate", "tau")
 
     def __init__(
         self,
@@ -125,17 +130,32 @@ class TD3(RLModule):
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
         obs_dim, act_dim = flat_dim(observation_space), int(action_space.shape[0])
-        self.actor = DeterministicActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
-        self.critic = QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=self.n_critics, activation=hp.activation)
+
+        def actor() -> DeterministicActor:
+            return DeterministicActor(obs_dim, act_dim, hp.hidden_sizes, hp.activation)
+
+        def critic() -> QEnsemble:
+            return QEnsemble(obs_dim, act_dim, hp.hidden_sizes, n=self.n_critics, activation=hp.activation)
+
+        if self.population == 1:
+            self.actor, self.critic = actor(), critic()
+        else:  # each member's networks as its run builds them: the actor, then the critics
+            self.actor, self.critic = self.make_population(actor), self.make_population(critic, before=actor)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        # A stateful noise process (None for i.i.d. Gaussian noise): buffers, so in checkpoints.
-        self.noise = action_noise(hp.noise_type, self.env_config.num_envs, act_dim, hp.exploration_noise)
+        # A stateful noise process (None for i.i.d. Gaussian noise): buffers, so in checkpoints. One per
+        # sub-env (a population's: all its members').
+        sub_envs = self.env_config.num_envs * self.population
+        self.noise = action_noise(hp.noise_type, sub_envs, act_dim, hp.exploration_noise)
 
     def build_experience(self) -> Replay:
         on_episode_end = self.noise.reset if self.noise is not None else None  # a new noise process per episode
         self.replay = Replay(
-            self.replay_config, gamma=self.hparams.gamma, normalized_actions=True, on_episode_end=on_episode_end
+            self.replay_config,
+            gamma=self.hparams.gamma,
+            normalized_actions=True,
+            on_episode_end=on_episode_end,
+            members=self.population,
         )
         return self.replay
 
@@ -166,14 +186,13 @@ class TD3(RLModule):
             self.collect_phase(self._explore)
             for _ in range(self.replay_config.gradient_steps):
                 b = self.replay.sample()
-                critic_out = self.run_update(
-                    self.critic_update, b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs
-                )
+                obs, *fields = self.member_rows(b.obs, b.actions, b.rewards, b.discounts, b.terminated, b.next_obs)
+                critic_out = self.run_update(self.critic_update, obs, *fields)
                 self.num_updates += 1
                 if log:
                     critic_stats.append(critic_out.clone())
                 if self.num_updates % self.policy_frequency == 0:
-                    loss_pi = self.run_update(self.actor_update, b.obs)
+                    loss_pi = self.run_update(self.actor_update, obs)
                     if log:
                         actor_stats.append(loss_pi.clone())
 
@@ -181,7 +200,7 @@ class TD3(RLModule):
             loss_q_mean, q_mean = torch.stack(critic_stats).mean(0)
             metrics = {"train/critic_loss": loss_q_mean, "train/q_values": q_mean}
             if actor_stats:
-                metrics["train/actor_loss"] = torch.stack(actor_stats).mean()
+                metrics["train/actor_loss"] = torch.stack(actor_stats).mean(0)
             self.log_training(metrics)
         return critic_out[0]
 
@@ -189,33 +208,36 @@ class TD3(RLModule):
         self, obs: Tensor, actions: Tensor, rewards: Tensor, discounts: Tensor, terminated: Tensor, next_obs: Tensor
     ) -> Tensor:
         """One critic update on a batch (one CUDA graph with CUDA graphs on): the loss and the mean
-        Q-value, stacked."""
+        Q-value, stacked; a population's batch member-major ``(N, B, ...)``, each an ``(N,)`` tensor
+        (``members_call``, ``per_member``, ``members_step``: SAC's population notes)."""
         with torch.no_grad():
-            next_actions = self.actor_target(next_obs)
+            next_actions = self.members_call(self.actor_target, "forward", next_obs)
             if self.target_policy_noise > 0:
                 noise = torch.randn_like(next_actions) * self.target_policy_noise
                 next_actions = smoothed_target_actions(next_actions, noise, self.target_noise_clip)
-            next_q = self.critic_target(next_obs, next_actions)
-            target = td3_target(rewards, discounts, terminated, next_q)
-        q = self.critic(obs, actions)
-        loss_q = q_loss(q, target)
-        self.gradient_step(self.optimizers()[1], loss_q)
-        return torch.stack([loss_q, q.mean()]).detach()
+            next_q = self.members_call(self.critic_target, "forward", next_obs, next_actions)
+            target = self.per_member(td3_target, rewards, discounts, terminated, next_q)
+        q = self.members_call(self.critic, "forward", obs, actions)
+        loss_q = self.per_member(q_loss, q, target)
+        self.members_step(self.optimizers()[1], loss_q)
+        return torch.stack([loss_q, self.member_mean(q)]).detach()
 
     def actor_update(self, obs: Tensor) -> Tensor:
         """The delayed actor update and the target networks' (one CUDA graph with CUDA graphs on)."""
         # The actor's gradient flows through the critic into the actions only.
         self.critic.requires_grad_(False)
-        loss_pi = deterministic_actor_loss(self.critic(obs, self.actor(obs), first=1)[0])
+        q_1 = self.members_call(self.critic, "forward", obs, self.members_call(self.actor, "forward", obs), first=1)
+        loss_pi = self.per_member(lambda q: deterministic_actor_loss(q[0]), q_1)
         self.critic.requires_grad_(True)
-        self.gradient_step(self.optimizers()[0], loss_pi)
-        polyak_update(self.critic, self.critic_target, self.hparams.tau)
-        polyak_update(self.actor, self.actor_target, self.hparams.tau)
+        self.members_step(self.optimizers()[0], loss_pi)
+        tau = self.member_hparam("tau")
+        polyak_update(self.critic, self.critic_target, tau)
+        polyak_update(self.actor, self.actor_target, tau)
         return loss_pi.detach()
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.learning_rate
         return [
-            self.adam(self.actor.parameters(), lr, clipped=False),
-            self.adam(self.critic.parameters(), lr, clipped=False),
+            self.with_member_learning_rates(self.adam(self.actor.parameters(), lr, clipped=False)),
+            self.with_member_learning_rates(self.adam(self.critic.parameters(), lr, clipped=False)),
         ]
