@@ -31,8 +31,8 @@ class RunConfig:
         eval_episodes: Deterministic evaluation episodes per evaluation (split across ranks).
         population: Independent runs trained at once as one batched model (docs/population.md): each
             member its own parameters, optimizer state, sub-envs and seed; budgets, epochs and
-            ``eval_episodes`` count per member. 1 (default) is a plain run. PPO, A2C, SAC, TQC, TD3 and
-            DDPG train populations.
+            ``eval_episodes`` count per member. 1 (default) is a plain run. PPO, A2C, DQN, C51, QR-DQN,
+            SAC, TQC, TD3 and DDPG train populations.
         population_seeds: A population of these seeds (2 or more; ``population`` is then their count):
             member ``k`` is the run ``seed_everything: population_seeds[k]`` of this config, its networks
             built, its envs seeded and its evaluation played as that run's (docs/population.md).

@@ -18,14 +18,14 @@ history and the hyperparameter importances as PNG beside it.
 
 ``--seeds 0,1,2`` (or ``0-4``) runs the config once per seed instead, and reports the final and best
 returns per seed and their mean and interquartile mean with bootstrap confidence intervals, with the
-curves in ``curves.png``. An algorithm that trains populations (PPO, A2C, SAC, TQC, TD3, DDPG;
-docs/population.md) trains the seeds as one population, one fit whose member ``k`` is the run of seed
-``k`` (``run.population_seeds``); ``--jobs N`` then splits the seeds into N populations, one per worker
-process. Other algorithms, a config that sets its own ``run.population``, and ``--no_population`` run
-one fit per seed, each a queued trial of the study, ``--jobs N`` of them at a time. ``--jobs N`` runs N
-worker processes on this machine, on either kind of study. ``--trial_seeds`` fits each trial of a search
-on its seeds the same way: one
-population, or (``--no_population``) one fit per seed.
+curves in ``curves.png``. An algorithm that trains populations (PPO, A2C, DQN, C51, QR-DQN, SAC, TQC,
+TD3, DDPG; docs/population.md) trains the seeds as one population, one fit whose member ``k`` is the run
+of seed ``k`` (``run.population_seeds``); ``--jobs N`` then splits the seeds into N populations, one per
+worker process. Other algorithms, a config that sets its own ``run.population`` or an option no
+population takes (``population_excludes``: ``normalize_obs``, ...), and ``--no_population`` run one fit
+per seed, each a queued trial of the study, ``--jobs N`` of them at a time. ``--jobs N`` runs N worker
+processes on this machine, on either kind of study. ``--trial_seeds`` fits each trial of a search on its
+seeds the same way: one population, or (``--no_population``) one fit per seed.
 
 The search space is a YAML file of model arguments (dotted for ``env``, ``run`` and ``replay``
 fields), each a range or a list of choices::
@@ -185,6 +185,21 @@ def sets_population(config_paths: list[str], fit_args: list[str]) -> bool:
         if isinstance(run, dict) and {"population", "population_seeds"} & set(run):
             return True
     return any(a.startswith("--model.run") and "population" in a for a in fit_args)
+
+
+def sets_population_excludes(algorithm: type, config_paths: list[str], fit_args: list[str]) -> bool:
+    """Whether the configs or the arguments turn on one of the algorithm's ``population_excludes``
+    (``normalize_obs: true``, ...): its seeds then cannot be one population."""
+    values: dict[str, Any] = {}
+    for path in config_paths:
+        model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
+        init_args = (model.get("init_args") or {}) if isinstance(model, dict) else {}
+        values.update(init_args if isinstance(init_args, dict) else {})
+    for i, arg in enumerate(fit_args):  # --model.name value, --model.name=value (the last one counts)
+        name, eq, value = arg.removeprefix("--model.").removeprefix("init_args.").partition("=")
+        if arg.startswith("--model.") and (eq or i + 1 < len(fit_args)):
+            values[name] = yaml.safe_load(value if eq else fit_args[i + 1])
+    return any(values.get(name) is True for name in algorithm.population_excludes)
 
 
 def seed_arguments(seeds: list[int]) -> list[str]:
@@ -373,6 +388,7 @@ def tune(argv: list[str], fit: Fit, pruner: Any = None) -> Any:
     # Seeds as one population where the algorithm trains them so and the user asked for none of their own.
     population = bool(algorithm and algorithm.trains_populations) and not args.no_population
     population = population and not sets_population(configs, fit_args)
+    population = population and not sets_population_excludes(algorithm, configs, fit_args)
     check(args.study_name or configs, "give --study_name (no --config to name the study after).")
     study_name = args.study_name or "_".join(Path(configs[0]).with_suffix("").parts[-2:])
     if args.seeds and not args.study_name:

@@ -332,7 +332,9 @@ def test_videos_of_a_population_are_refused_before_any_env_step():
 
 
 def test_algorithms_without_populations_refuse_them_naming_those_with():
-    with pytest.raises(ConfigError, match="RecurrentPPO does not train populations.*A2C, DDPG, PPO, SAC, TD3, TQC do"):
+    with pytest.raises(
+        ConfigError, match="RecurrentPPO does not train populations.*A2C, C51, DDPG, DQN, PPO, QRDQN, SAC, TD3, TQC do"
+    ):
         build(RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=2), population=2)
 
 
@@ -344,7 +346,7 @@ def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path, monkeypat
     assert torch.load(last, weights_only=True)["state_dict"]["agent.members.critic.0.weight"].shape[0] == 2
     for config, population, message in (
         ("ppo/cartpole", "0", "rl-lightning: error: run.population must be >= 1, got 0."),
-        ("dqn/cartpole", "2", "DQN does not train populations"),
+        ("pqn/cartpole", "2", "PQN does not train populations"),
     ):
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_:

@@ -1,6 +1,6 @@
-"""Populations of the off-policy actor-critics (SAC and TQC on its code, TD3 and DDPG on its): each member collects
-into and samples from its own part of one replay buffer, and one update steps every member on its own batch exactly
-as the run of its seed (with its own learning rate and tau) would step on that batch."""
+"""Populations of the off-policy algorithms (SAC and TQC on its code, TD3 and DDPG on its, DQN, C51 and QR-DQN on
+DQN's): each member collects into and samples from its own part of one replay buffer, and one update steps every
+member on its own batch exactly as the run of its seed (with its own hyperparameters) would step on that batch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lightning import DDPG, SAC, TD3, TQC, CrossQ, EnvConfig
+from rl_lightning import C51, DDPG, DQN, QRDQN, SAC, TD3, TQC, CrossQ, EnvConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.config import ReplayConfig
 from rl_lightning.data.buffers import PrioritizedReplayBuffer, ReplayBuffer
@@ -43,6 +43,11 @@ def by_hand(module):
     opts = module.configure_optimizers()
     module.optimizers = lambda: opts
     module.manual_backward = lambda loss: loss.backward()
+
+    def clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm):  # what Lightning's does here
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], gradient_clip_val)
+
+    module.clip_gradients = clip_gradients
     return opts
 
 
@@ -118,6 +123,59 @@ def test_a_td3_population_fits_with_a_noise_process_per_sub_env_and_logs_each_me
     assert model.env_steps == 128 and model.noise.state.shape[0] == 2 * 2  # 2 members x 2 sub-envs
     metrics = trainer.callback_metrics
     for name in ("train/critic_loss", "train/actor_loss", "val/episode_return"):
+        members = torch.stack([metrics[f"member_{k}/{name}"] for k in range(2)])
+        torch.testing.assert_close(metrics[name], members.mean())
+
+
+@pytest.mark.parametrize("cls", [DQN, C51, QRDQN])
+def test_a_dqn_members_update_equals_its_single_runs_with_its_own_lr_and_clipping(cls):
+    """The same minibatch and targets: member k's loss, per-sample errors, mean Q and parameters after two
+    clipped Adam steps are its seed's single run's with its own learning rate and max_grad_norm."""
+    variants = {"learning_rate": [1e-4, 1e-3, 1e-2], "max_grad_norm": [0.01, 1.0, 10.0]}
+    args = dict(env=EnvConfig("CartPole-v1", num_envs=2, seed=3), hidden_sizes=(8,), dueling=True)
+    if cls is not DQN:
+        args["n_quantiles" if cls is QRDQN else "n_atoms"] = 5
+    population = population_sac(cls, population_variants=variants, **args)
+    by_hand(population)
+    g = torch.Generator().manual_seed(1)
+    rows = 3 * 16
+    obs, actions = torch.randn(rows, 4, generator=g), torch.randint(0, 2, (rows,), generator=g)
+    targets = {DQN: (rows,), C51: (rows, 5), QRDQN: (rows, 5)}[cls]
+    target = torch.rand(targets, generator=g) * 10
+    if cls is C51:
+        target = target.softmax(-1)  # a projected distribution
+    weights = torch.ones(rows)
+    outs = [population.minibatch_update(obs, actions, target, weights) for _ in range(2)]
+    for k, seed in enumerate(population.member_seeds):
+        torch.manual_seed(seed)
+        single = population_sac(cls, population=1, **{n: v[k] for n, v in variants.items()}, **args)
+        by_hand(single)
+        mine = slice(16 * k, 16 * (k + 1))
+        single_outs = [single.minibatch_update(obs[mine], actions[mine], target[mine], weights[mine]) for _ in range(2)]
+        for out, single_out in zip(outs, single_outs, strict=True):
+            torch.testing.assert_close(out[0][k], single_out[0])  # loss
+            torch.testing.assert_close(out[1][mine], single_out[1])  # per-sample errors (priorities)
+            torch.testing.assert_close(out[2][k], single_out[2])  # mean Q
+        for (name, p), q in zip(population.q_net.members.named_parameters(), single.q_net.parameters(), strict=True):
+            torch.testing.assert_close(p[k], q, msg=f"member {k} {name}")
+
+
+def test_a_dqn_population_fits_and_logs_each_member():
+    model = population_sac(
+        DQN,
+        population=2,
+        total=256,
+        env=EnvConfig("CartPole-v1", num_envs=2, seed=3),
+        double_q=True,
+        n_step=3,
+        target_network_frequency=64,
+        replay=dict(TINY_REPLAY, gradient_steps=2),
+    )
+    trainer = quick_trainer(log_every_n_steps=1)
+    trainer.fit(model)
+    assert model.env_steps == 256
+    metrics = trainer.callback_metrics
+    for name in ("train/loss", "train/q_values", "val/episode_return"):
         members = torch.stack([metrics[f"member_{k}/{name}"] for k in range(2)])
         torch.testing.assert_close(metrics[name], members.mean())
 
@@ -204,6 +262,8 @@ def test_a_population_fits_resumes_exactly_and_exports_a_member(tmp_path):
         (CrossQ, {}, "CrossQ does not train populations"),
         (SAC, {"use_sde": True}, "use_sde does not work with run.population=2"),
         (SAC, {"population_variants": {"gamma": [0.9, 0.99]}}, "SAC's gamma cannot differ between members"),
+        (DQN, {"prioritized_replay": True}, "prioritized_replay does not work with run.population=2"),
+        (C51, {"noisy": True}, "noisy does not work with run.population=2"),
     ],
 )
 def test_what_a_population_cannot_keep_per_member_is_refused(cls, options, message):

@@ -287,8 +287,15 @@ class FakeFit:
 
 @pytest.mark.parametrize(
     "config, extra",
-    [("dqn/cartpole", []), ("ppo/cartpole", ["--no_population"]), ("ppo/cartpole", ["--model.run.population", "2"])],
-    ids=["no-populations", "no_population", "own-population"],
+    [
+        ("pqn/cartpole", []),
+        ("ppo/cartpole", ["--no_population"]),
+        ("ppo/cartpole", ["--model.run.population", "2"]),
+        ("ppo/pendulum", []),  # normalize_obs: true, which a population refuses
+        ("dqn/cartpole", ["--model.prioritized_replay", "true"]),
+        ("sac/mountaincarcontinuous", ["--model.use_sde=true"]),
+    ],
+    ids=["no-populations", "no_population", "own-population", "config-excludes", "argument-excludes", "argument="],
 )
 def test_seeds_run_one_fit_each_without_populations_or_with_the_users_own(tmp_path, monkeypatch, config, extra):
     monkeypatch.chdir(tmp_path)

@@ -81,6 +81,7 @@ class A2C(RLModule):
     action_spaces = on_policy.ACTION_SPACES
     trains_populations = True
     member_hyperparameters = ("learning_rate", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm")
+    population_excludes = ("normalize_obs", "normalize_reward", "use_sde")  # statistics, matrices shared
 
     def __init__(
         self,
@@ -110,7 +111,6 @@ class A2C(RLModule):
             actor_critic_loss_args(hp["gae_lambda"], hp["ent_coef"], hp["vf_coef"], hp["max_grad_norm"])
         at_least("rollouts_per_step", rollouts_per_step, 1)
         one_of("optimizer", optimizer, ("rmsprop", "adam"))
-        on_policy.check_population_options(self)
 
     build_networks = on_policy.build_actor_critic  # ActorCritic(hidden_sizes, activation), normalizers
     build_experience = on_policy.actor_critic_rollouts  # num_steps vector steps per rollout

@@ -99,6 +99,10 @@ class RLModule(PopulationMembers, L.LightningModule):
     # The __init__ arguments whose value may differ between population members (run.population_variants):
     # each enters the update as an (N,) tensor (member_hparam).
     member_hyperparameters: tuple[str, ...] = ()
+    # Boolean __init__ arguments that, set, keep a population from being trained (state the members would
+    # share: normalization statistics, exploration matrices, priorities): refused in one line, and
+    # `rl-lightning tune --seeds` runs such a config one seed at a time.
+    population_excludes: tuple[str, ...] = ()
     env_steps_per_iteration: int  # env steps one rank collects per rollout or collection phase
     iterations_per_step: int = 1  # rollouts or phases per training step
 

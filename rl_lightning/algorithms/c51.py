@@ -88,5 +88,5 @@ class C51(DQN):
         self, obs: Tensor, actions: Tensor, target: Tensor, weights: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         logits = of_actions(self.q_net(obs), actions).float()
-        loss, cross_entropy = categorical_loss(logits, target, weights)
-        return loss, cross_entropy, self.q_values(logits.detach()).mean()
+        loss, cross_entropy = self.member_losses(categorical_loss, logits, target, weights)
+        return loss, cross_entropy, self.member_mean(*self.member_rows(self.q_values(logits.detach())))

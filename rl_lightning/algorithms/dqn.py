@@ -30,6 +30,10 @@ CleanRL's ``target_network_frequency``, but updates happen between collection ph
 interval is rounded up to whole phases (``k`` due updates with ``tau < 1`` are applied as one with
 ``1 - (1 - tau)^k``, the same result). Epsilon is updated once per phase, not per env step.
 Time-limit truncation bootstraps from the final observation (SB3 does; CleanRL does not).
+
+``run.population: N`` (docs/population.md) trains N seeds as one batched model: the Q-network is a
+``Population``, each member samples its own part of the replay buffer, and the loss is each member's
+of its own rows (``member_losses``); not with prioritized replay or noisy networks.
 """
 
 from __future__ import annotations
@@ -143,6 +147,9 @@ class DQN(RLModule):
     action_spaces = (gym.spaces.Discrete,)
     checkpointed_attributes = ("epsilon",)
     atoms = 1  # network outputs per action (C51: atoms of the distribution, QR-DQN: quantiles)
+    trains_populations = True
+    member_hyperparameters = ("learning_rate", "tau", "max_grad_norm")
+    population_excludes = ("prioritized_replay", "noisy")  # one sum tree; noise buffers drawn in place
 
     def __init__(
         self,
@@ -189,9 +196,13 @@ class DQN(RLModule):
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams
-        self.q_net = QNetwork(
-            observation_space, action_space, hp.hidden_sizes, hp.activation, hp.dueling, hp.noisy, self.atoms
-        )
+
+        def make() -> QNetwork:
+            return QNetwork(
+                observation_space, action_space, hp.hidden_sizes, hp.activation, hp.dueling, hp.noisy, self.atoms
+            )
+
+        self.q_net = make() if self.population == 1 else self.make_population(make)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
 
     def build_experience(self) -> Replay:
@@ -201,6 +212,7 @@ class DQN(RLModule):
             n_step=hp.n_step,
             gamma=hp.gamma,
             prioritized_alpha=hp.prioritized_replay_alpha if hp.prioritized_replay else None,
+            members=self.population,
         )
         return self.replay
 
@@ -234,7 +246,7 @@ class DQN(RLModule):
             freq = hp.target_network_frequency
             due = self.env_steps // freq - (self.env_steps - collected) // freq
             if due > 0:
-                polyak_update(self.q_net, self.q_target, 1.0 - (1.0 - hp.tau) ** due)
+                polyak_update(self.q_net, self.q_target, 1.0 - (1.0 - self.member_hparam("tau")) ** due)
             beta = linear_schedule(hp.prioritized_replay_beta, 1.0, self.total_env_steps, self.env_steps)
             for batch, target in self._minibatches(beta):
                 weights = [] if batch.weights is None else [batch.weights]
@@ -257,17 +269,19 @@ class DQN(RLModule):
         """One minibatch's TD loss and optimizer step (one CUDA graph with CUDA graphs on): the loss,
         the TD errors (new priorities) and the mean Q-value."""
         loss, td, q_mean = self.td_loss(obs, actions, target, weights)
-        self.gradient_step(self.optimizers(), loss, self.hparams.max_grad_norm)
+        self.members_step(self.optimizers(), loss, self.member_hparam("max_grad_norm"))
         return loss.detach(), td.detach(), q_mean
 
     def td_loss(
         self, obs: Tensor, actions: Tensor, target: Tensor, weights: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The loss of ``Q(s, a)`` against the targets: the loss, the per-sample errors prioritized
-        replay's priorities are made from, and the mean Q-value of the sampled actions."""
+        replay's priorities are made from, and the mean Q-value of the sampled actions (a population's:
+        each member's, ``(N,)``)."""
         q = self.q_net(obs).gather(1, actions.long().unsqueeze(1)).squeeze(1)
-        loss, td = dqn_loss(q.float(), target.float(), weights, self.hparams.loss)
-        return loss, td, q.detach().float().mean()
+        kind = self.hparams.loss
+        loss, td = self.member_losses(lambda q, y, w: dqn_loss(q, y, w, kind), q.float(), target.float(), weights)
+        return loss, td, self.member_mean(*self.member_rows(q.detach().float()))
 
     @torch.no_grad()
     def _minibatches(self, beta: float) -> Iterator[tuple[ReplayBatch, Tensor]]:
@@ -290,9 +304,16 @@ class DQN(RLModule):
             next_q_target = self.q_target(chunk.next_obs)
             targets = None if hp.double_q else self._target(chunk, next_q_target)
             for i in range(steps):
-                rows = slice(i * bs, (i + 1) * bs)
-                batch = ReplayBatch(*(field[rows] for field in chunk))
-                yield batch, targets[rows] if targets is not None else self._target(batch, next_q_target[rows])
+                batch = ReplayBatch(*(self._step_rows(field, i, bs) for field in chunk))
+                next_q = self._step_rows(next_q_target, i, bs)
+                yield batch, self._step_rows(targets, i, bs) if targets is not None else self._target(batch, next_q)
+
+    def _step_rows(self, rows: Tensor, i: int, bs: int) -> Tensor:
+        """Gradient step ``i``'s ``bs`` rows of a chunk sampled for several (a population's: ``bs`` of each
+        member's, member-major as the chunk is)."""
+        if self.population == 1:
+            return rows[i * bs : (i + 1) * bs]
+        return rows.unflatten(0, (self.population, -1))[:, i * bs : (i + 1) * bs].flatten(0, 1)
 
     def _target(self, batch: ReplayBatch, next_q_target: Tensor) -> Tensor:
         next_q_online = self.q_net(batch.next_obs) if self.hparams.double_q else None
@@ -305,9 +326,10 @@ class DQN(RLModule):
         return self.q_values(next_online).argmax(-1)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.adam(
+        adam = self.adam(
             self.q_net.parameters(),
             lr=self.hparams.learning_rate,
             eps=self.adam_eps,
             clipped=self.hparams.max_grad_norm is not None,
         )
+        return self.with_member_learning_rates(adam)

@@ -84,19 +84,6 @@ def build_actor_critic(module: Any, observation_space: gym.Space, action_space: 
     module.obs_rms, module.return_rms = normalizers(observation_space, hp.normalize_obs, hp.normalize_reward)
 
 
-def check_population_options(module: Any) -> None:
-    """Refuse, in ``__init__``, the options a population (``run.population`` > 1) cannot keep per member."""
-    if module.population == 1:
-        return
-    hp = module.hparams
-    for name in ("normalize_obs", "normalize_reward", "use_sde"):
-        check(
-            not hp.get(name, False),
-            f"{name} does not work with run.population={module.population} (its statistics or exploration "
-            "matrices would be shared by the members); set it false or train the seeds as separate runs.",
-        )
-
-
 def member_batch(module: Any, batch: RolloutBatch) -> RolloutBatch:
     """A flattened rollout (``gae_batch``) as the update takes it: as it is, or for a population every field
     ``(members, num_steps * num_envs, ...)``, member ``k``'s transitions in its own run's order."""

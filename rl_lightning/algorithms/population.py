@@ -4,7 +4,7 @@ all members; and the checks and reports of populations. A plain run is a populat
 changes it.
 
 ``RLModule`` inherits ``PopulationMembers``; an algorithm that trains populations (``trains_populations``)
-builds its networks with ``make_population`` and steps with ``population_step`` (PPO, A2C, SAC, TQC, TD3, DDPG).
+builds its networks with ``make_population`` and steps with ``population_step`` (PPO, A2C, the off-policy algorithms).
 """
 
 from __future__ import annotations
@@ -39,6 +39,12 @@ class PopulationMembers:
         self.population = self.run_config.members
         if self.population > 1:
             check_population(type(self), self.population)
+            for name in type(self).population_excludes:
+                check(
+                    not self.hparams.get(name, False),
+                    f"{name} does not work with run.population={self.population} (the members would share its "
+                    "statistics, noise or priorities); set it false or train the seeds as separate runs.",
+                )
             self.member_eval_returns = torch.nn.ModuleList(MeanMetric() for _ in range(self.population))
             # Members whose loss or gradients went non-finite: frozen, reported (population_step).
             self.register_buffer("diverged_members", torch.zeros(self.population, dtype=torch.bool))
@@ -126,13 +132,22 @@ class PopulationMembers:
         ``(N,)`` outputs, each member's of its own inputs (non-tensor arguments go in ``fn``, a closure)."""
         return fn(*inputs) if self.population == 1 else torch.vmap(fn)(*inputs)
 
-    def members_step(self, optimizer: Any, loss: Tensor) -> None:
-        """``gradient_step`` of a run's loss; of a population's ``(N,)`` member losses, ``population_step``
-        (no clipping)."""
+    def member_losses(self, fn: Callable[..., tuple[Tensor, Tensor]], *rows: Tensor) -> tuple[Tensor, Tensor]:
+        """``fn(*rows) -> (loss, per-row values)``, a pure loss of a batch's rows (DQN's); of a population,
+        each member's of its own rows (member-major, ``member_rows``) under ``vmap``: ``(N,)`` losses and the
+        per-row values back as rows."""
         if self.population == 1:
-            self.gradient_step(optimizer, loss)
+            return fn(*rows)
+        loss, per_row = torch.vmap(fn)(*self.member_rows(*rows))
+        return loss, per_row.flatten(0, 1)
+
+    def members_step(self, optimizer: Any, loss: Tensor, max_grad_norm: float | Tensor | None = None) -> None:
+        """``gradient_step`` of a run's loss; of a population's ``(N,)`` member losses, ``population_step``
+        (``max_grad_norm``: one for all, or ``(N,)``)."""
+        if self.population == 1:
+            self.gradient_step(optimizer, loss, max_grad_norm)
         else:
-            self.population_step(optimizer, loss)
+            self.population_step(optimizer, loss, max_grad_norm)
 
     def member_mean(self, x: Tensor) -> Tensor:
         """The mean of ``x``; of a population's member-major ``x``, each member's (``(N,)``: logged per member)."""

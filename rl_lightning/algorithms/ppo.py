@@ -142,6 +142,7 @@ class PPO(RLModule):
         "vf_coef",
         "max_grad_norm",
     )
+    population_excludes = ("normalize_obs", "normalize_reward", "use_sde")  # statistics, matrices shared
 
     def __init__(
         self,
@@ -180,7 +181,6 @@ class PPO(RLModule):
         self.clip_coef_factor = 1.0  # of clip_coef in this rollout's update (anneal_clip_coef)
         positive_or_none("target_kl", target_kl)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
-        on_policy.check_population_options(self)
 
     def build_networks(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         hp = self.hparams

@@ -98,5 +98,5 @@ class QRDQN(DQN):
         self, obs: Tensor, actions: Tensor, target: Tensor, weights: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         quantiles = of_actions(self.q_net(obs), actions).float()
-        loss, per_sample = quantile_huber_loss(quantiles, target, weights)
-        return loss, per_sample, quantiles.detach().mean()
+        loss, per_sample = self.member_losses(quantile_huber_loss, quantiles, target, weights)
+        return loss, per_sample, self.member_mean(*self.member_rows(quantiles.detach()))

@@ -106,6 +106,7 @@ class SAC(RLModule):
     target_critic = True  # Polyak-averaged target critics (CrossQ has none)
     trains_populations = True
     member_hyperparameters = ("learning_rate", "tau")
+    population_excludes = ("use_sde",)  # exploration matrices shared by the members
 
     def __init__(
         self,
@@ -133,11 +134,6 @@ class SAC(RLModule):
         )
         positive("ent_coef_init", ent_coef_init)
         at_least_or("sde_sample_freq", sde_sample_freq, 1, -1)
-        check(
-            not (use_sde and self.population > 1),
-            f"use_sde does not work with run.population={self.population} (the members would share exploration "
-            "matrices); set it false or train the seeds as separate runs.",
-        )
         self.tune_alpha = ent_coef == "auto"
         log_alpha = torch.tensor(math.log(ent_coef_init if self.tune_alpha else float(ent_coef)))
         if self.population > 1:
