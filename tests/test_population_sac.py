@@ -225,8 +225,8 @@ def test_a_population_fits_resumes_exactly_and_exports_a_member(tmp_path):
         return population_sac(
             env=EnvConfig("test/SlidingCorridor-v0", num_envs=2, seed=0),
             population=2,
-            total=1024,
-            env_steps_per_epoch=256,
+            total=448,
+            env_steps_per_epoch=128,
             replay=dict(TINY_REPLAY, train_freq=4, gradient_steps=2, save_replay_buffer=True),
         )
 
@@ -237,12 +237,12 @@ def test_a_population_fits_resumes_exactly_and_exports_a_member(tmp_path):
     interrupted = corridor_sac()
     callback = LastCheckpoint(dirpath=tmp_path)
     quick_trainer(max_epochs=2, callbacks=[callback], enable_checkpointing=True).fit(interrupted)
-    assert interrupted.env_steps == 576  # per member: 64 warm-up + 2 x 256, episodes end here
+    assert interrupted.env_steps == 320  # per member: 64 warm-up + 2 x 128, episodes end here
     torch.manual_seed(123)
     resumed = corridor_sac()
     trainer = quick_trainer(log_every_n_steps=1)
     trainer.fit(resumed, ckpt_path=tmp_path / "last.ckpt")
-    assert resumed.env_steps == straight.env_steps == 1024
+    assert resumed.env_steps == straight.env_steps == 448
     assert straight.state_dict()["log_alpha"].shape == (2,)
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
