@@ -162,6 +162,19 @@ def load_scalars(run_dir: PathLike, tag: str = "val/episode_return") -> tuple[np
     return steps, np.array([latest[s] for s in steps], dtype=np.float64)
 
 
+def run_curves(run_dir: PathLike, tag: str = "val/episode_return") -> list[tuple[np.ndarray, np.ndarray]]:
+    """A run's curves of ``tag``: its own, or a population's (``run.population``), one per member
+    (``member_<k>/<tag>``), each member drawn as the run of its seed."""
+    members = sorted(
+        int(name.split("/", 1)[0].removeprefix("member_"))
+        for name in scalar_tags(run_dir)
+        if name.startswith("member_") and name.split("/", 1)[1] == tag
+    )
+    if not members:
+        return [load_scalars(run_dir, tag)]
+    return [load_scalars(run_dir, f"member_{k}/{tag}") for k in members]
+
+
 def aggregate(
     curves: Sequence[tuple[np.ndarray, np.ndarray]], spread: Literal["minmax", "std"] = "minmax"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -216,6 +229,7 @@ def plot_learning_curves(
     Args:
         run_dirs: Run directories, or directories to search for runs (``find_runs``). A list is grouped
             by experiment name (the parent of ``version_<n>``); a mapping ``{label: dirs}`` names the groups.
+            A population's run counts as its members' runs (``run_curves``).
         out_png: Write the figure here (PNG, 150 dpi). ``None`` only returns it (Jupyter shows a returned
             figure).
         tag: The scalar to plot; ``rollout/episode_return`` gives the training episodes.
@@ -235,10 +249,11 @@ def plot_learning_curves(
     else:
         fig = ax.figure
     for label, runs in groups.items():
-        steps, mean, low, high = aggregate([load_scalars(run, tag) for run in runs], spread)
-        n = f" ({len(runs)} runs)" if len(runs) > 1 else ""
+        curves = [curve for run in runs for curve in run_curves(run, tag)]  # a population's members as runs
+        steps, mean, low, high = aggregate(curves, spread)
+        n = f" ({len(curves)} runs)" if len(curves) > 1 else ""
         (line,) = ax.plot(steps, mean, label=f"{label}{n}")
-        if len(runs) > 1:
+        if len(curves) > 1:
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
     ax.set_xlabel("env steps")
     ax.set_ylabel(tag)

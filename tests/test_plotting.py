@@ -79,6 +79,22 @@ def test_two_seeds_make_a_png_with_mean_and_band(two_seeds, tmp_path):
     assert ax.get_xlabel() == "env steps"
 
 
+def test_a_populations_members_are_drawn_as_seeds(tmp_path):
+    run = tmp_path / "runs/sac_pendulum/version_0"
+    writer = SummaryWriter(str(run))
+    for step in (1000, 2000):
+        writer.add_scalar("val/episode_return", -999.0, step)  # the members' mean: not what is drawn
+        for k, value in enumerate((-300.0, -100.0, -200.0)):
+            writer.add_scalar(f"member_{k}/val/episode_return", value * step / 1000, step)
+        writer.add_scalar("time/env_steps", step, step)
+    writer.close()
+    (ax,) = plot_learning_curves([run.parent]).axes
+    (line,) = ax.get_lines()
+    assert line.get_label() == "sac_pendulum (3 runs)" and line.get_ydata().tolist() == [-200.0, -400.0]
+    ys = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert ys.min() == -600.0 and ys.max() == -100.0
+
+
 def test_aggregate_interpolates_onto_the_common_range():
     a = (np.array([0, 10, 20]), np.array([0.0, 10.0, 20.0]))
     b = (np.array([5, 15, 25]), np.array([5.0, 5.0, 5.0]))
