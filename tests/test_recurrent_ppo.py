@@ -17,7 +17,7 @@ from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.envs.make import make_vector_env
 from rl_lightning.envs.wrappers import MaskVelocity
 from rl_lightning.errors import ConfigError
-from tests.helpers import ROOT, build, quick_trainer
+from tests.helpers import ROOT, Corridor, build, quick_trainer
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
@@ -121,24 +121,14 @@ def test_on_torch_envs_truncated_episodes_are_valued_under_their_own_memory():
     assert model.env_steps == 64
 
 
-class Corridor(gym.Env):
-    """16-step episodes (truncated), deterministic start; reward for moving right."""
+class TimelessCorridor(Corridor):
+    """The corridor of the resume tests with its clock hidden (16-step episodes, reward for moving right)."""
 
-    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.x = 0, 0.0
-        return np.array([self.x, 0.0], np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        self.x = min(max(self.x + (0.1 if action == 1 else -0.1), 0.0), 1.0)
-        return np.array([self.x, 0.0], np.float32), float(action == 1), False, self.t >= 16, {}
+    def _obs(self):
+        return np.array([self.x, 0.0], np.float32)
 
 
-gym.register("test/RecurrentCorridor-v0", entry_point=Corridor)
+gym.register("test/RecurrentCorridor-v0", entry_point=TimelessCorridor)
 
 
 def recurrent(total: int) -> RecurrentPPO:
