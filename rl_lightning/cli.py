@@ -39,6 +39,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rl_lightning.algorithms.base import RLModule
+from rl_lightning.algorithms.population import best_member
 from rl_lightning.callbacks import LastCheckpoint, RLProgressBar
 from rl_lightning.callbacks.compile import CompileNetworks
 from rl_lightning.callbacks.cuda_graphs import CUDAGraphs
@@ -347,6 +348,8 @@ class RLCLI(LightningCLI):
             elif cb.best_model_path:
                 score = f" ({cb.monitor} {float(cb.best_model_score):g})" if cb.best_model_score is not None else ""
                 lines.append(f"Best checkpoint: {cb.best_model_path}{score}")
+        if (best := best_member(self.model, trainer.callback_metrics)) is not None:
+            lines.append(best)
         print("\n".join(lines), flush=True)
 
     def _run_subcommand(self, subcommand: str) -> None:

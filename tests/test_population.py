@@ -5,6 +5,7 @@ norm) and Adam step; checkpoints hold and resume all members; a diverging member
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -342,6 +343,7 @@ def test_the_cli_takes_the_population_and_refuses_bad_values(tmp_path, monkeypat
     # In this process (the CLI's own main, as the console script runs it): a subprocess each paid ~5 s of imports.
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", str(ROOT / "configs/ppo/cartpole.yaml"), "--model.run.population", "2", *TINY_RUN])
+    assert re.search(r"Best member: [01] \(seed \d+\), val/episode_return .*member=[01]\)", capsys.readouterr().out)
     (last,) = tmp_path.glob("runs/*/version_0/checkpoints/last.ckpt")
     assert torch.load(last, weights_only=True)["state_dict"]["agent.members.critic.0.weight"].shape[0] == 2
     for config, population, message in (

@@ -242,3 +242,17 @@ def report_diverged_members(module: PopulationMembers, reported: Tensor | None) 
             f"{module.env_steps}: frozen at their last finite parameters; the other members train on."
         )
     return diverged
+
+
+def best_member(module: Any, metrics: dict[str, Any]) -> str | None:
+    """A population's member with the highest last evaluation return (``metrics``: the trainer's latest), named
+    with its seed, for the line the CLI prints after a fit; ``None`` for a plain run or before any evaluation."""
+    members = getattr(module, "population", 1)
+    returns = [metrics.get(f"member_{k}/val/episode_return") for k in range(members)]
+    if members == 1 or any(r is None for r in returns):
+        return None
+    k = int(torch.stack([torch.as_tensor(r, dtype=torch.float32) for r in returns]).argmax())
+    return (
+        f"Best member: {k} (seed {module.member_seeds[k]}), val/episode_return {float(returns[k]):g} at the last "
+        f"evaluation; its policy alone: model.export_policy(path, member={k})."
+    )
