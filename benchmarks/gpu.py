@@ -34,7 +34,12 @@ section that would not fit in the time left is skipped with a note:
    bf16-mixed vs compile, 8 vs 64 envs.
 7. ``learn_bf16``: PPO CartPole-v1 in bf16-mixed on the GPU to 100k env steps (seed 0): eval >= 475
    expected (it solves in float32).
-8. ``pong``: PPO on Pong (configs/ppo/atari_envpool.yaml: envpool, 8 envs) with CUDA graphs, for the
+8. ``population``: ``run.population`` on the GPU (docs/population.md; ``benchmarks/population.py``'s fits,
+   each a fresh process): PPO on torch CartPoles (configs/ppo/cartpole.yaml, env.backend torch) as one run
+   and as populations of 8, 32 and 128 members, and SAC on Pendulum (configs/sac/pendulum.yaml) as one run
+   and a population of 8, at a short budget per member: wall and training time, each population's time
+   over one run's (8 seeds in at most 2x one run's time is the goal), and the members' final returns.
+9. ``pong``: PPO on Pong (configs/ppo/atari_envpool.yaml: envpool, 8 envs) with CUDA graphs, for the
    time left of the budget (up to its 10M frames): the training return along the env steps, and
    the wall time.
 """
@@ -64,7 +69,7 @@ from common import (  # benchmarks/ is on sys.path: the script's own directory
     run_fit,
 )
 
-SECTIONS = ["update", "graphs", "torch_envs", "transfers", "atari", "cartpole", "learn_bf16", "pong"]
+SECTIONS = ["update", "graphs", "torch_envs", "transfers", "atari", "cartpole", "learn_bf16", "population", "pong"]
 # Rough GPU-machine durations (s), used to skip a section that would not end before the deadline.
 SECTION_S = {
     "transfers": 15,
@@ -75,6 +80,7 @@ SECTION_S = {
     "torch_envs": 60,
     "cartpole": 80,
     "learn_bf16": 40,
+    "population": 240,
 }
 UPDATE_MODES = ["fp32", "bf16", "compile", "compile-cudagraphs", "cuda-graph"]
 
@@ -459,6 +465,44 @@ def section_learn_bf16(ctx: Context) -> list[str]:
     return [f"Seed 0, {model.env_steps:,} env steps: eval return {ret:.1f} (20 episodes), fit {wall:.0f} s."]
 
 
+def section_population(ctx: Context) -> list[str]:
+    import population  # benchmarks/population.py: its fit worker, in a fresh process per arm
+
+    plans = [  # (config, env backend, env steps per member, population sizes)
+        ("configs/ppo/cartpole.yaml", "torch", 50_000 if ctx.gpu else 1_024, [1, 8, 32, 128] if ctx.gpu else [1, 4]),
+        ("configs/sac/pendulum.yaml", None, 3_000 if ctx.gpu else 300, [1, 8] if ctx.gpu else [1, 2]),
+    ]
+    lines = [
+        "Env steps per member as listed; 20 evaluation episodes per member at each evaluation; seed 1.",
+        "",
+        "| config | members | wall s | train s | train s / one run's | final return: mean (min, max) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for config, backend, steps, sizes in plans:
+        one = None
+        for members in sizes:
+            if ctx.remaining() < 30:
+                lines.append(f"| {config} | {members} | skipped: out of time | | | |")
+                continue
+            spec = dict(config=config, seed=1, backend=backend, total_env_steps=steps, population=members)
+            try:
+                r = population.arm(spec)
+            except Exception as e:
+                lines.append(f"| {config} | {members} | failed: {str(e).splitlines()[-1][:150]} | | | |")
+                continue
+            ctx.record("population", {**spec, **r})
+            one = r["train_s"] if members == 1 else one
+            ratio = f"{r['train_s'] / one:.2f}x" if one else ""
+            returns = r["returns"]
+            spread = f"{sum(returns) / len(returns):.1f} ({min(returns):.1f}, {max(returns):.1f})"
+            lines.append(
+                f"| {config} ({backend or 'gymnasium'}, {steps:,} steps) | {members} | {r['wall_s']:.1f} | "
+                f"{r['train_s']:.1f} | {ratio} | {spread} |"
+            )
+            print(lines[-1], flush=True)
+    return lines
+
+
 # ------------------------------------------------------------------------------------------- main
 class Context:
     def __init__(self, args: argparse.Namespace) -> None:
@@ -523,6 +567,7 @@ def main() -> None:
         "torch_envs": "Torch-native envs on the GPU (`benchmarks/torch_envs.py --device cuda --num-envs 65536`)",
         "cartpole": "PPO CartPole-v1: CPU vs GPU, precision, compile",
         "learn_bf16": "PPO CartPole-v1 in bf16-mixed on the GPU",
+        "population": "Populations: 8 to 128 seeds as one batched model on the GPU",
     }
     sections = {
         "transfers": section_transfers,
@@ -533,6 +578,7 @@ def main() -> None:
         "torch_envs": section_torch_envs,
         "cartpole": section_cartpole,
         "learn_bf16": section_learn_bf16,
+        "population": section_population,
     }
     for name in args.sections.split(","):
         start = time.perf_counter()

@@ -33,6 +33,21 @@ def test_gpu_script_counts_transfers_on_cpu(tmp_path: Path) -> None:
     assert "### Host-device copies" in (tmp_path / "gpu.md").read_text()
 
 
+@pytest.mark.slow  # four fits, each a fresh process (~40 s)
+def test_gpu_script_population_section_on_cpu(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks/gpu.py"), "--smoke-cpu", "--sections", "population"]
+    subprocess.run([*cmd, "--out", str(tmp_path)], check=True, capture_output=True, timeout=600)
+    results = json.loads((tmp_path / "gpu.json").read_text())["population"]
+    assert [(r["config"], r["population"]) for r in results] == [
+        ("configs/ppo/cartpole.yaml", 1),
+        ("configs/ppo/cartpole.yaml", 4),
+        ("configs/sac/pendulum.yaml", 1),
+        ("configs/sac/pendulum.yaml", 2),
+    ]
+    assert [len(r["returns"]) for r in results] == [1, 4, 1, 2]
+    assert "x |" in (tmp_path / "gpu.md").read_text()  # each population's time over one run's
+
+
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_gpu_script_times_the_atari_update(algo: str) -> None:
     r = load_gpu_script().time_update(algo, batch=4, mode="fp32", device="cpu", iters=1)
