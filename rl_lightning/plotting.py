@@ -309,7 +309,11 @@ def _merged(runs: Sequence[Path]) -> str:
     seeds = [run_seed(run) for run in runs]
     listed = ", ".join("?" if seed is None else str(seed) for seed in seeds)
     seeds_text = f", seed{plural} {listed}" if any(seed is not None for seed in seeds) else ""
-    return f"{len(runs)} run{plural}{seeds_text}: {', '.join(map(str, runs))}"
+    members = sum(
+        name.startswith("member_") and name.endswith("/val/episode_return") for run in runs for name in scalar_tags(run)
+    )
+    members_text = f" (holding {members} population members, each drawn as a run)" if members else ""
+    return f"{len(runs)} run{plural}{seeds_text}{members_text}: {', '.join(map(str, runs))}"
 
 
 def _differences(configs: Sequence[dict[str, Any]], shown: int = 6) -> str:

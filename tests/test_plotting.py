@@ -79,7 +79,7 @@ def test_two_seeds_make_a_png_with_mean_and_band(two_seeds, tmp_path):
     assert ax.get_xlabel() == "env steps"
 
 
-def test_a_populations_members_are_drawn_as_seeds(tmp_path):
+def test_a_populations_members_are_drawn_as_seeds(tmp_path, capsys):
     run = tmp_path / "runs/sac_pendulum/version_0"
     writer = SummaryWriter(str(run))
     for step in (1000, 2000):
@@ -89,6 +89,7 @@ def test_a_populations_members_are_drawn_as_seeds(tmp_path):
         writer.add_scalar("time/env_steps", step, step)
     writer.close()
     (ax,) = plot_learning_curves([run.parent]).axes
+    assert "1 run (holding 3 population members, each drawn as a run)" in capsys.readouterr().err
     (line,) = ax.get_lines()
     assert line.get_label() == "sac_pendulum (3 runs)" and line.get_ydata().tolist() == [-200.0, -400.0]
     ys = ax.collections[0].get_paths()[0].vertices[:, 1]
