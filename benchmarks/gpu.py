@@ -61,6 +61,7 @@ from common import (  # benchmarks/ is on sys.path: the script's own directory
     ROOT,
     WINDOW_FROM_GRAD_STEP,
     child_env,
+    child_result,
     fit_worker,  # noqa: F401 (tests)
     load_config,
     make_model,
@@ -466,8 +467,6 @@ def section_learn_bf16(ctx: Context) -> list[str]:
 
 
 def section_population(ctx: Context) -> list[str]:
-    import population  # benchmarks/population.py: its fit worker, in a fresh process per arm
-
     plans = [  # (config, env backend, env steps per member, population sizes)
         ("configs/ppo/cartpole.yaml", "torch", 50_000 if ctx.gpu else 1_024, [1, 8, 32, 128] if ctx.gpu else [1, 4]),
         ("configs/sac/pendulum.yaml", None, 3_000 if ctx.gpu else 300, [1, 8] if ctx.gpu else [1, 2]),
@@ -485,8 +484,9 @@ def section_population(ctx: Context) -> list[str]:
                 lines.append(f"| {config} | {members} | skipped: out of time | | | |")
                 continue
             spec = dict(config=config, seed=1, backend=backend, total_env_steps=steps, population=members)
-            try:
-                r = population.arm(spec)
+            worker = [sys.executable, str(ROOT / "benchmarks/population.py"), "--worker", json.dumps(spec)]
+            try:  # population.py's fit worker, in a fresh process per arm
+                r = child_result(worker, child_env(OMP_NUM_THREADS="1"), f"population={members}")
             except Exception as e:
                 lines.append(f"| {config} | {members} | failed: {str(e).splitlines()[-1][:150]} | | | |")
                 continue
