@@ -33,6 +33,15 @@ def test_gpu_script_counts_transfers_on_cpu(tmp_path: Path) -> None:
     assert "### Host-device copies" in (tmp_path / "gpu.md").read_text()
 
 
+def test_population_cost_script_times_a_sac_update_and_a_collection_step() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        costs = importlib.import_module("population_cost").sac_costs(members=2, calls=1, repeats=1, batch=8)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert set(costs) == {"update_ms", "act_ms"} and all(ms > 0 for ms in costs.values())
+
+
 @pytest.mark.slow  # four fits, each a fresh process (~40 s)
 def test_gpu_script_population_section_on_cpu(tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "benchmarks/gpu.py"), "--smoke-cpu", "--sections", "population"]

@@ -1,0 +1,75 @@
+"""What a population's members cost on this machine, outside Lightning: one update of ``configs/sac/pendulum.yaml``'s
+SAC (256-256 networks, batch 256 per member) and one collection step (acting for every member's sub-env), each for
+one run and for a population of N, one torch thread, the minimum over repeats. Where N members' update costs N
+times one run's, the arithmetic is the cost and a population saves no time on this machine (docs/benchmarks.md,
+"SAC on Pendulum: 8 seeds as one population").
+
+    python benchmarks/population_cost.py [--members 8] [--repeats 5] [--calls 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from common import load_config, make_model
+
+
+def timed(fn: Callable[[], object], calls: int, repeats: int) -> float:
+    """The minimum over ``repeats`` of the mean ms of ``calls`` calls (after one warm-up call)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e3)
+    return best
+
+
+def sac_costs(members: int, calls: int, repeats: int, batch: int = 256) -> dict[str, float]:
+    """ms of one SAC update (``batch_update``) and one collection step (``_explore``) of ``members`` members."""
+    import torch
+
+    cls, init, _ = load_config("configs/sac/pendulum.yaml")
+    torch.manual_seed(0)
+    model = make_model(cls, init, env={"seed": 1}, population=members)
+    model.build_for_env()
+    opts = model.configure_optimizers()
+    model.optimizers = lambda: opts  # stepped by hand: no Trainer
+    model.manual_backward = lambda loss: loss.backward()
+    lead = (members, batch) if members > 1 else (batch,)  # a population's batch is member-major
+    obs, next_obs = torch.randn(*lead, 3), torch.randn(*lead, 3)
+    fields = (obs, torch.rand(*lead, 1) * 2 - 1, torch.randn(lead), torch.full(lead, 0.99), torch.zeros(lead), next_obs)
+    step_obs = torch.randn(members, 3)  # one sub-env per member
+
+    def act() -> object:
+        with torch.no_grad():
+            return model._explore(step_obs)
+
+    return {
+        "update_ms": timed(lambda: model.batch_update(*fields), calls, repeats),
+        "act_ms": timed(act, calls * 10, repeats),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--members", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    one = sac_costs(1, args.calls, args.repeats)
+    many = sac_costs(args.members, args.calls, args.repeats)
+    print(f"| SAC (configs/sac/pendulum.yaml) | one run, ms | population of {args.members}, ms | ratio |")
+    print("|---|---:|---:|---:|")
+    for key, what in (("update_ms", "update (batch 256 per member)"), ("act_ms", "collection step (acting)")):
+        print(f"| {what} | {one[key]:.2f} | {many[key]:.2f} | {many[key] / one[key]:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
