@@ -151,28 +151,39 @@ def _load_yaml(path: Path) -> Any:
 def load_scalars(run_dir: PathLike, tag: str = "val/episode_return") -> tuple[np.ndarray, np.ndarray]:
     """``(steps, values)`` of one scalar tag in one run, sorted by step. A step written twice (a run
     resumed from an earlier checkpoint) keeps its latest value."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})  # 0: keep every point
-    acc.Reload()
+    acc = _scalars_of(run_dir)
     if tag not in acc.Tags()["scalars"]:
         raise KeyError(f"{run_dir} has no scalar {tag!r}; it has {sorted(acc.Tags()['scalars'])}")
-    latest = {event.step: event.value for event in sorted(acc.Scalars(tag), key=lambda e: e.wall_time)}
-    steps = np.array(sorted(latest), dtype=np.int64)
-    return steps, np.array([latest[s] for s in steps], dtype=np.float64)
+    return _curve(acc, tag)
 
 
 def run_curves(run_dir: PathLike, tag: str = "val/episode_return") -> list[tuple[np.ndarray, np.ndarray]]:
     """A run's curves of ``tag``: its own, or a population's (``run.population``), one per member
-    (``member_<k>/<tag>``), each member drawn as the run of its seed."""
+    (``member_<k>/<tag>``), each member drawn as the run of its seed. The event files are read once."""
+    acc = _scalars_of(run_dir)
+    names = acc.Tags()["scalars"]
     members = sorted(
         int(name.split("/", 1)[0].removeprefix("member_"))
-        for name in scalar_tags(run_dir)
+        for name in names
         if name.startswith("member_") and name.split("/", 1)[1] == tag
     )
-    if not members:
-        return [load_scalars(run_dir, tag)]
-    return [load_scalars(run_dir, f"member_{k}/{tag}") for k in members]
+    if not members and tag not in names:
+        raise KeyError(f"{run_dir} has no scalar {tag!r}; it has {sorted(names)}")
+    return [_curve(acc, f"member_{k}/{tag}") for k in members] or [_curve(acc, tag)]
+
+
+def _scalars_of(run_dir: PathLike) -> Any:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})  # 0: keep every point
+    acc.Reload()
+    return acc
+
+
+def _curve(acc: Any, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    latest = {event.step: event.value for event in sorted(acc.Scalars(tag), key=lambda e: e.wall_time)}
+    steps = np.array(sorted(latest), dtype=np.int64)
+    return steps, np.array([latest[s] for s in steps], dtype=np.float64)
 
 
 def aggregate(

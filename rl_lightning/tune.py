@@ -177,11 +177,20 @@ class ReportToTrial(Callback):
 Fit = Callable[[list[str], Callback], Any]  # (fit arguments, callback) -> the fitted Trainer
 
 
-def sets_population(config_paths: list[str], fit_args: list[str]) -> bool:
-    """Whether the configs or the arguments set ``run.population`` or ``run.population_seeds`` themselves."""
+def config_init_args(config_paths: list[str]) -> list[dict[str, Any]]:
+    """Each config's model arguments (``model.init_args``), in order (the later ones win)."""
+    out = []
     for path in config_paths:
         model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
-        run = (model.get("init_args") or {}).get("run") if isinstance(model, dict) else None
+        init_args = (model.get("init_args") or {}) if isinstance(model, dict) else {}
+        out.append(init_args if isinstance(init_args, dict) else {})
+    return out
+
+
+def sets_population(config_paths: list[str], fit_args: list[str]) -> bool:
+    """Whether the configs or the arguments set ``run.population`` or ``run.population_seeds`` themselves."""
+    for init_args in config_init_args(config_paths):
+        run = init_args.get("run")
         if isinstance(run, dict) and {"population", "population_seeds"} & set(run):
             return True
     return any(a.startswith("--model.run") and "population" in a for a in fit_args)
@@ -191,15 +200,24 @@ def sets_population_excludes(algorithm: type, config_paths: list[str], fit_args:
     """Whether the configs or the arguments turn on one of the algorithm's ``population_excludes``
     (``normalize_obs: true``, ...): its seeds then cannot be one population."""
     values: dict[str, Any] = {}
-    for path in config_paths:
-        model = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
-        init_args = (model.get("init_args") or {}) if isinstance(model, dict) else {}
-        values.update(init_args if isinstance(init_args, dict) else {})
-    for i, arg in enumerate(fit_args):  # --model.name value, --model.name=value (the last one counts)
-        name, eq, value = arg.removeprefix("--model.").removeprefix("init_args.").partition("=")
-        if arg.startswith("--model.") and (eq or i + 1 < len(fit_args)):
-            values[name] = yaml.safe_load(value if eq else fit_args[i + 1])
-    return any(values.get(name) is True for name in algorithm.population_excludes)
+    for init_args in config_init_args(config_paths):
+        values.update(init_args)
+    for name in algorithm.population_excludes:  # --model.name value, --model.name=value (the last one counts)
+        for i, arg in enumerate(fit_args):
+            flag, eq, value = arg.partition("=")
+            if flag in (f"--model.{name}", f"--model.init_args.{name}") and (eq or i + 1 < len(fit_args)):
+                values[name] = value if eq else fit_args[i + 1]
+    return any(_is_true(values.get(name)) for name in algorithm.population_excludes)
+
+
+def _is_true(value: Any) -> bool:
+    """A config's ``true``, or a command line's (``true``, ``True``, ``yes``... as YAML reads them)."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:  # not YAML: not true (the fit reports it)
+            return False
+    return value is True
 
 
 def seed_arguments(seeds: list[int]) -> list[str]:

@@ -419,6 +419,6 @@ class SlidingCorridor(Corridor):
         return self._obs(), float(action[0]), False, self.t >= 16, {}
 
 
-# 16-step episodes end at epoch ends in the resume tests (tests/test_resume.py, tests/test_population_sac.py).
+# 16-step episodes end at epoch ends in the resume tests (tests/test_resume.py, tests/test_population_off_policy.py).
 register("test/Corridor-v0", Corridor)
 register("test/SlidingCorridor-v0", SlidingCorridor)

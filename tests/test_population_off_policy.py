@@ -24,7 +24,7 @@ PENDULUM = EnvConfig("Pendulum-v1", num_envs=2, seed=3)
 TINY_REPLAY = dict(learning_starts=64, batch_size=16, buffer_size=1000)
 
 
-def population_sac(cls: type = SAC, population: int = 3, total: int = 256, **kw) -> SAC:
+def off_policy_population(cls: type = SAC, population: int = 3, total: int = 256, **kw) -> SAC:
     args = dict(
         env=PENDULUM,
         total_env_steps=total,
@@ -71,14 +71,15 @@ def test_a_members_updates_equal_its_single_runs_with_its_own_learning_rate_and_
     is fixed so both draw the same actions."""
     monkeypatch.setattr(torch, "randn_like", lambda x: torch.full_like(x, 0.3))
     variants = {"learning_rate": [3e-4, 1e-3, 3e-3], "tau": [0.005, 0.05, 0.5]}
-    population = population_sac(cls, population_variants=variants)
+    population = off_policy_population(cls, population_variants=variants)
     by_hand(population)
     b = batch(3)
     outs = [population.batch_update(*b).clone() for _ in range(2)]
     single_outs = []
     for k, seed in enumerate(population.member_seeds):
         torch.manual_seed(seed)
-        single = population_sac(cls, population=1, learning_rate=variants["learning_rate"][k], tau=variants["tau"][k])
+        own = {name: values[k] for name, values in variants.items()}  # its learning_rate and tau
+        single = off_policy_population(cls, population=1, **own)
         by_hand(single)
         single_outs.append(torch.stack([single.batch_update(*(x[k] for x in b)).clone() for _ in range(2)]))
         for name in ("actor", "critic", "critic_target"):
@@ -95,7 +96,7 @@ def test_a_td3_members_updates_equal_its_single_runs(cls, monkeypatch):
     """Two critic updates and a delayed actor update with the targets' (TD3's target smoothing noise fixed)."""
     monkeypatch.setattr(torch, "randn_like", lambda x: torch.full_like(x, 0.3))
     variants = {"learning_rate": [3e-4, 1e-3, 3e-3], "tau": [0.005, 0.05, 0.5]}
-    population = population_sac(cls, population_variants=variants)
+    population = off_policy_population(cls, population_variants=variants)
     by_hand(population)
     b = batch(3)
 
@@ -105,7 +106,8 @@ def test_a_td3_members_updates_equal_its_single_runs(cls, monkeypatch):
     critic_outs, actor_out = updates(population, b)
     for k, seed in enumerate(population.member_seeds):
         torch.manual_seed(seed)
-        single = population_sac(cls, population=1, learning_rate=variants["learning_rate"][k], tau=variants["tau"][k])
+        own = {name: values[k] for name, values in variants.items()}  # its learning_rate and tau
+        single = off_policy_population(cls, population=1, **own)
         by_hand(single)
         single_critic_outs, single_actor_out = updates(single, [x[k] for x in b])
         torch.testing.assert_close(critic_outs[..., k], single_critic_outs)
@@ -117,7 +119,7 @@ def test_a_td3_members_updates_equal_its_single_runs(cls, monkeypatch):
 
 
 def test_a_td3_population_fits_with_a_noise_process_per_sub_env_and_logs_each_member():
-    model = population_sac(TD3, population=2, total=128, noise_type="ornstein_uhlenbeck")
+    model = off_policy_population(TD3, population=2, total=128, noise_type="ornstein_uhlenbeck")
     trainer = quick_trainer(log_every_n_steps=1)
     trainer.fit(model)
     assert model.env_steps == 128 and model.noise.state.shape[0] == 2 * 2  # 2 members x 2 sub-envs
@@ -135,7 +137,7 @@ def test_a_dqn_members_update_equals_its_single_runs_with_its_own_lr_and_clippin
     args = dict(env=EnvConfig("CartPole-v1", num_envs=2, seed=3), hidden_sizes=(8,), dueling=True)
     if cls is not DQN:
         args["n_quantiles" if cls is QRDQN else "n_atoms"] = 5
-    population = population_sac(cls, population_variants=variants, **args)
+    population = off_policy_population(cls, population_variants=variants, **args)
     by_hand(population)
     g = torch.Generator().manual_seed(1)
     rows = 3 * 16
@@ -148,7 +150,7 @@ def test_a_dqn_members_update_equals_its_single_runs_with_its_own_lr_and_clippin
     outs = [population.minibatch_update(obs, actions, target, weights) for _ in range(2)]
     for k, seed in enumerate(population.member_seeds):
         torch.manual_seed(seed)
-        single = population_sac(cls, population=1, **{n: v[k] for n, v in variants.items()}, **args)
+        single = off_policy_population(cls, population=1, **{n: v[k] for n, v in variants.items()}, **args)
         by_hand(single)
         mine = slice(16 * k, 16 * (k + 1))
         single_outs = [single.minibatch_update(obs[mine], actions[mine], target[mine], weights[mine]) for _ in range(2)]
@@ -161,7 +163,7 @@ def test_a_dqn_members_update_equals_its_single_runs_with_its_own_lr_and_clippin
 
 
 def test_a_dqn_population_fits_and_logs_each_member():
-    model = population_sac(
+    model = off_policy_population(
         DQN,
         population=2,
         total=256,
@@ -181,7 +183,7 @@ def test_a_dqn_population_fits_and_logs_each_member():
 
 
 def test_a_member_that_diverges_is_frozen_and_the_others_update():
-    population = population_sac()
+    population = off_policy_population()
     by_hand(population)
     before = {n: p.detach().clone() for n, p in population.named_parameters()}
     obs, *rest = batch(3)
@@ -222,7 +224,7 @@ def test_a_population_fits_resumes_exactly_and_exports_a_member(tmp_path):
     """As a run's (tests/test_resume.py): episodes end at the checkpoint, the buffer is saved with it."""
 
     def corridor_sac() -> SAC:
-        return population_sac(
+        return off_policy_population(
             env=EnvConfig("test/SlidingCorridor-v0", num_envs=2, seed=0),
             population=2,
             total=448,
@@ -268,4 +270,4 @@ def test_a_population_fits_resumes_exactly_and_exports_a_member(tmp_path):
 )
 def test_what_a_population_cannot_keep_per_member_is_refused(cls, options, message):
     with pytest.raises(ConfigError, match=message):
-        population_sac(cls, population=2, **options)
+        off_policy_population(cls, population=2, **options)

@@ -264,7 +264,7 @@ class ReplayBuffer:
                     envs.append(env[keep])
                     rows.append(row[keep])
                     break
-        env, row = (np.concatenate(x) if self.members > 1 else x[0] for x in (envs, rows))
+        env, row = np.concatenate(envs), np.concatenate(rows)
         return self._gather(env, row, np.ones(len(row), dtype=np.float32))
 
     def _stack_rows(self, env: np.ndarray, row: np.ndarray) -> np.ndarray:

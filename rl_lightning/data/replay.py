@@ -239,12 +239,11 @@ class Replay(CollectorSide):
         kwargs = dict(self.buffer_kwargs, device=device, seed=seed, members=self.members)
         if kwargs["frame_stack"] is None:
             kwargs["frame_stack"] = getattr(envs, "frame_stack", 1)
+        size = cfg.buffer_size * self.members  # buffer_size transitions per member
         if self.prioritized_alpha is None:
-            buffer = ReplayBuffer(cfg.buffer_size * self.members, envs.num_envs, *spaces, **kwargs)
+            buffer = ReplayBuffer(size, envs.num_envs, *spaces, **kwargs)
         else:
-            buffer = PrioritizedReplayBuffer(
-                cfg.buffer_size * self.members, envs.num_envs, *spaces, alpha=self.prioritized_alpha, **kwargs
-            )
+            buffer = PrioritizedReplayBuffer(size, envs.num_envs, *spaces, alpha=self.prioritized_alpha, **kwargs)
         rank_zero_info(
             f"Replay buffer: {buffer.nbytes / 1e9:.2f} GB on {device} per rank "
             f"({buffer.nbytes / (buffer.rows * buffer.num_envs):.0f} bytes per transition)."
