@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from rl_lightning.algorithms.dqn import DQN, of_actions
@@ -35,10 +36,10 @@ def quantile_huber_loss(quantiles: Tensor, target_quantiles: Tensor, weights: Te
     ``quantile_huber_loss``), then ``mean(w * .)`` over the batch.
     """
     n = quantiles.shape[-1]
-    taus = (torch.arange(n, device=quantiles.device, dtype=quantiles.dtype) + 0.5) / n
-    delta = target_quantiles[:, None, :] - quantiles[:, :, None]  # [B, N, N']
-    huber = torch.where(delta.abs() > 1.0, delta.abs() - 0.5, 0.5 * delta.pow(2))
-    per_sample = ((taus[:, None] - (delta.detach() < 0).float()).abs() * huber).sum(1).mean(1)
+    taus = (torch.arange(n, device=quantiles.device, dtype=quantiles.dtype) + 0.5)[:, None] / n
+    q, y = torch.broadcast_tensors(quantiles[:, :, None], target_quantiles[:, None, :])  # [B, N, N'] views
+    weight = torch.where(y.detach() < q.detach(), 1.0 - taus, taus)  # |tau_i - 1{u_ij < 0}|
+    per_sample = (weight * F.huber_loss(q, y, reduction="none")).sum(1).mean(1)
     return (weights * per_sample).mean(), per_sample.detach()
 
 
