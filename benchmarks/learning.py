@@ -7,7 +7,7 @@
     python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
     python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO without velocities, RepeatFirst
-    python benchmarks/learning.py --configs minatar --seeds 0 --jobs 1  # DQN and PQN on MinAtar Breakout
+    python benchmarks/learning.py --configs minatar --seeds 0 --jobs 1  # DQN on MinAtar Breakout, PQN on all five games
     python benchmarks/learning.py --configs tqc/pendulum,crossq/pendulum --jobs 1   # group: tqc_crossq
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
@@ -40,6 +40,9 @@ CLASSIC: dict[str, float] = {
     "reinforce/cartpole": 400,
     "dqn/cartpole": 475,
     "qrdqn/cartpole": 475,
+    "qrdqn/acrobot": -100,  # gymnasium's reward threshold for Acrobot-v1
+    "qrdqn/mountaincar": -110,  # gymnasium's for MountainCar-v0
+    "c51/cartpole": 475,
     "pqn/cartpole": 475,
     "sac/pendulum": -200,
     "td3/pendulum": -200,
@@ -54,6 +57,7 @@ USERS: dict[str, float] = {
     "ppo/gridreach_multidiscrete": 0.8,
     "dqn/lunarlander": 200,
     "ppo/lunarlander": 200,
+    "qrdqn/lunarlander": 200,
 }
 # MuJoCo at the budget the field publishes (1M env steps); thresholds: the SB3 zoo's results at 1M (v3 envs,
 # one run each, benchmark.md). `mujoco` extra. The off-policy runs take hours each on a CPU core.
@@ -96,11 +100,15 @@ ATARI_MEMORY: dict[str, float] = {
     "recurrent_ppo/atari_envpool": 0,
     "ppo/atari_envpool": 0,
 }
-# MinAtar (Young & Tian 2019; the `minatar` package): threshold 10, where the paper's DQN Breakout curve levels
-# off (its README's learning curves: ~10 from 1M of its 5M frames on; training returns, 30 seeds).
+# MinAtar (Young & Tian 2019; the `minatar` package): thresholds where the paper's DQN curves end, at 5M frames
+# (its README's learning curves, reference_curves.json: training returns, 30 seeds; Breakout levels off at ~10).
 MINATAR: dict[str, float] = {
     "dqn/minatar_breakout": 10,
     "pqn/minatar_breakout": 10,
+    "pqn/minatar_asterix": 17,
+    "pqn/minatar_freeway": 50,
+    "pqn/minatar_seaquest": 20,
+    "pqn/minatar_space_invaders": 43,
 }
 # TQC and CrossQ (sb3-contrib's) at the SB3 zoo's budgets; thresholds: SAC's on Pendulum, gymnasium's for
 # MountainCarContinuous (90) and LunarLanderContinuous (200). `box2d` extra for LunarLander.

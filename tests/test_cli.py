@@ -77,9 +77,12 @@ def twin(config: Path) -> pytest.param:
     """An envpool Atari config runs with ``pytest -m slow``: 10-18 s each of the budget. Its parts run in the
     default suite elsewhere: its gymnasium twin (``atari.yaml`` beside it, where one is) differs only in the
     env id and backend; tests/test_envpool.py covers the backend and its frame stacks, tests/test_pqn.py PQN
-    on it; the image networks run in the gymnasium Atari configs and tests/test_spaces.py."""
+    on it; the image networks run in the gymnasium Atari configs and tests/test_spaces.py. Likewise the
+    MinAtar games beside Breakout."""
     text = config.read_text()
     slow = "backend: envpool" in text and ("NoFrameskip" in text or "ALE/" in text)
+    # MinAtar games other than Breakout: their configs differ from minatar_breakout.yaml in the env id only
+    slow |= "MinAtar/" in text and "Breakout" not in text
     return pytest.param(config, marks=[pytest.mark.slow] if slow else [], id=f"{config.parent.name}/{config.stem}")
 
 
