@@ -68,6 +68,11 @@ def test_quantile_huber_loss_by_hand():
     loss, per_sample = quantile_huber_loss(quantiles, target, torch.tensor([2.0]))
     assert per_sample.tolist() == [0.90625]
     assert loss.item() == 2 * 0.90625
+    # bfloat16 quantiles (an autocast network's) against float32 targets: the same loss, in float32
+    q16 = quantiles.bfloat16().requires_grad_()
+    loss16, _ = quantile_huber_loss(q16, target, torch.tensor([2.0]))
+    loss16.backward()
+    assert loss16.item() == 2 * 0.90625 and q16.grad.dtype == torch.bfloat16
 
 
 def test_quantile_huber_loss_matches_sb3_contrib():

@@ -36,6 +36,16 @@ def test_quantile_huber_loss_hand_computed():
     torch.testing.assert_close(q.grad, torch.tensor([[[-0.125, 0.125]]]))
 
 
+def test_quantile_huber_loss_of_bfloat16_quantiles_against_float32_targets():
+    # an autocast critic's quantiles against float32 targets: computed in float32, gradients back in bfloat16
+    q16 = torch.tensor([[[0.0, 3.0]]], dtype=torch.bfloat16, requires_grad=True)
+    loss = quantile_huber_loss(q16, torch.tensor([[1.0]]))
+    loss.backward()
+    assert loss.dtype == torch.float32 and q16.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(loss, torch.tensor(0.25))
+    torch.testing.assert_close(q16.grad.float(), torch.tensor([[[-0.125, 0.125]]]))
+
+
 def test_actor_loss_averages_every_quantile_of_every_critic():
     quantiles = torch.tensor([[[1.0, 3.0]], [[5.0, 7.0]]])  # [2 critics, 1 row, 2 quantiles]: mean 4
     torch.testing.assert_close(tqc_actor_loss(quantiles, torch.tensor([-1.0]), torch.tensor(0.5)), torch.tensor(-4.5))

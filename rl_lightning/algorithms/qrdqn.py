@@ -36,8 +36,9 @@ def quantile_huber_loss(quantiles: Tensor, target_quantiles: Tensor, weights: Te
     ``quantile_huber_loss``), then ``mean(w * .)`` over the batch.
     """
     n = quantiles.shape[-1]
-    taus = (torch.arange(n, device=quantiles.device, dtype=quantiles.dtype) + 0.5)[:, None] / n
-    q, y = torch.broadcast_tensors(quantiles[:, :, None], target_quantiles[:, None, :])  # [B, N, N'] views
+    dtype = torch.promote_types(quantiles.dtype, target_quantiles.dtype)  # bf16 and float32 under autocast
+    taus = (torch.arange(n, device=quantiles.device, dtype=dtype) + 0.5)[:, None] / n
+    q, y = torch.broadcast_tensors(quantiles.to(dtype)[:, :, None], target_quantiles.to(dtype)[:, None, :])
     weight = torch.where(y.detach() < q.detach(), 1.0 - taus, taus)  # |tau_i - 1{u_ij < 0}|
     per_sample = (weight * F.huber_loss(q, y, reduction="none")).sum(1).mean(1)
     return (weights * per_sample).mean(), per_sample.detach()

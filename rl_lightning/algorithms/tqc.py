@@ -55,10 +55,11 @@ def quantile_huber_loss(quantiles: Tensor, target: Tensor) -> Tensor:
     mean |tau_j - 1{y_k < q_j}| * huber(y_k - q_j)
     """
     m = quantiles.shape[-1]
-    taus = (torch.arange(m, device=quantiles.device, dtype=quantiles.dtype) + 0.5).unsqueeze(-1) / m
+    dtype = torch.promote_types(quantiles.dtype, target.dtype)  # bf16 quantiles, float32 targets under autocast
+    taus = (torch.arange(m, device=quantiles.device, dtype=dtype) + 0.5).unsqueeze(-1) / m
     # Pairs as broadcast views, not materialized: the [n, B, M, K] tensors are the loss's whole cost (a
     # third of the time of spelling out delta, |delta|, the Huber branches and the weight; same values).
-    q, y = torch.broadcast_tensors(quantiles.unsqueeze(-1), target.unsqueeze(-2))
+    q, y = torch.broadcast_tensors(quantiles.to(dtype).unsqueeze(-1), target.to(dtype).unsqueeze(-2))
     weight = torch.where(y.detach() < q.detach(), 1.0 - taus, taus)
     return (weight * F.huber_loss(q, y, reduction="none")).mean()
 
