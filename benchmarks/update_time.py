@@ -1,9 +1,11 @@
 """Time one SAC, TD3, TQC and CrossQ update of this checkout outside Lightning: the Pendulum configs'
-networks, a fixed batch of 256, one torch thread, the minimum over 5 x 60 updates. Run it in two
-checkouts (alternating) to compare their update code without env or Lightning noise.
+networks, a fixed batch of 256, one torch thread, the minimum over 5 x 60 updates; or, with ``--config``,
+that config's algorithm, networks and batch size. Run it in two checkouts (alternating) to compare their
+update code without env or Lightning noise.
 
     python benchmarks/update_time.py                 # sac td3
     python benchmarks/update_time.py --algos sac tqc crossq
+    python benchmarks/update_time.py --config configs/tqc/mountaincarcontinuous.yaml
 """
 
 from __future__ import annotations
@@ -12,19 +14,26 @@ import argparse
 import time
 from collections.abc import Callable
 
-from common import ROOT  # noqa: F401 (puts this checkout first on sys.path)
+from common import load_config, make_model  # also puts this checkout first on sys.path
 
 
-def update_of(name: str) -> Callable[[], None]:
+def update_of(name: str, config: str | None = None) -> Callable[[], None]:
+    """One update of algorithm ``name`` with the Pendulum settings, or of ``config``'s algorithm with its
+    settings (``name`` then unused)."""
     import torch
 
     from rl_lightning import SAC, TD3, TQC, CrossQ, EnvConfig
 
-    cls = {"sac": SAC, "td3": TD3, "tqc": TQC, "crossq": CrossQ}[name]
-    kw = {"policy_delay": 2, "critic_hidden_sizes": (256, 256)} if cls is CrossQ else {}
     torch.manual_seed(0)
-    model = cls(env=EnvConfig("Pendulum-v1", num_envs=1, seed=0), **kw)
-    model.build_for_env()
+    if config is None:
+        cls = {"sac": SAC, "td3": TD3, "tqc": TQC, "crossq": CrossQ}[name]
+        kw = {"policy_delay": 2, "critic_hidden_sizes": (256, 256)} if cls is CrossQ else {}
+        model, b = cls(env=EnvConfig("Pendulum-v1", num_envs=1, seed=0), **kw), 256
+    else:
+        cls, init, _ = load_config(config)
+        model = make_model(cls, init)
+        b = model.replay_config.batch_size
+    observation_space, action_space = model.build_for_env()
     optimizers = [torch.optim.Adam(p.parameters(), 1e-3, fused=True) for p in (model.actor, model.critic)]
     if cls is not TD3:
         optimizers.append(torch.optim.Adam([model.log_alpha], 1e-3, fused=True))
@@ -35,8 +44,8 @@ def update_of(name: str) -> Callable[[], None]:
         optimizer.step()
 
     model.optimizers, model.gradient_step = lambda: optimizers, gradient_step  # no Trainer
-    b = 256
-    obs, actions, next_obs = torch.randn(b, 3), torch.rand(b, 1) * 2 - 1, torch.randn(b, 3)
+    (obs_dim,), (act_dim,) = observation_space.shape, action_space.shape
+    obs, actions, next_obs = torch.randn(b, obs_dim), torch.rand(b, act_dim) * 2 - 1, torch.randn(b, obs_dim)
     rewards, discounts, terminated = torch.randn(b), torch.full((b,), 0.99), torch.zeros(b)
     if cls is TD3:
 
@@ -63,13 +72,14 @@ def update_of(name: str) -> Callable[[], None]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algos", nargs="+", default=["sac", "td3"])
+    p.add_argument("--config", default=None, help="time this config's update instead (its batch size)")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
-    for name in args.algos:
-        step = update_of(name)
+    for name in [args.config] if args.config else args.algos:
+        step = update_of(name, args.config)
         for _ in range(30):
             step()
         times = []

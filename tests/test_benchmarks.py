@@ -226,6 +226,7 @@ def test_update_time_script_runs_each_algorithms_update() -> None:
         step = update_time.update_of(name)
         step()
         step()
+    update_time.update_of("tqc", "configs/tqc/mountaincarcontinuous.yaml")()  # a config's settings (batch 512)
 
 
 def test_every_compare_spec_names_a_reference_algorithm_and_one_of_our_configs() -> None:
