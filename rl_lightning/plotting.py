@@ -151,10 +151,7 @@ def _load_yaml(path: Path) -> Any:
 def load_scalars(run_dir: PathLike, tag: str = "val/episode_return") -> tuple[np.ndarray, np.ndarray]:
     """``(steps, values)`` of one scalar tag in one run, sorted by step. A step written twice (a run
     resumed from an earlier checkpoint) keeps its latest value."""
-    acc = _scalars_of(run_dir)
-    if tag not in acc.Tags()["scalars"]:
-        raise KeyError(f"{run_dir} has no scalar {tag!r}; it has {sorted(acc.Tags()['scalars'])}")
-    return _curve(acc, tag)
+    return _curve(_scalars_of(run_dir), tag)
 
 
 def run_curves(run_dir: PathLike, tag: str = "val/episode_return") -> list[tuple[np.ndarray, np.ndarray]]:
@@ -167,8 +164,6 @@ def run_curves(run_dir: PathLike, tag: str = "val/episode_return") -> list[tuple
         for name in names
         if name.startswith("member_") and name.split("/", 1)[1] == tag
     )
-    if not members and tag not in names:
-        raise KeyError(f"{run_dir} has no scalar {tag!r}; it has {sorted(names)}")
     return [_curve(acc, f"member_{k}/{tag}") for k in members] or [_curve(acc, tag)]
 
 
@@ -181,6 +176,8 @@ def _scalars_of(run_dir: PathLike) -> Any:
 
 
 def _curve(acc: Any, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    if tag not in acc.Tags()["scalars"]:
+        raise KeyError(f"{acc.path} has no scalar {tag!r}; it has {sorted(acc.Tags()['scalars'])}")
     latest = {event.step: event.value for event in sorted(acc.Scalars(tag), key=lambda e: e.wall_time)}
     steps = np.array(sorted(latest), dtype=np.int64)
     return steps, np.array([latest[s] for s in steps], dtype=np.float64)
