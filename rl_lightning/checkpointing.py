@@ -251,15 +251,20 @@ def newest_loadable(candidates: list[Path]) -> tuple[Path | None, list[tuple[Pat
 
 def save_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
     """What ``RLModule.on_save_checkpoint`` adds to Lightning's checkpoint: the env-step counter, the env
-    seed, the RNG states, the algorithm's ``checkpointed_attributes``, the experience side's state
-    (a replay buffer, where asked), and the configs as resolved (the env seed drawn in setup, the
+    seed, the RNG states (under DDP each rank's), the algorithm's ``checkpointed_attributes``, the experience
+    side's state (a replay buffer, where asked), and the configs as resolved (the env seed drawn in setup, the
     algorithm's defaults filled in), so a reload does not depend on the defaults of the code that loads it."""
     state = {"env_steps": module.env_steps, "env_seed": module.env_config.seed, "rng": rng_state()}
+    if module._trainer is not None and module.trainer.world_size > 1:  # each rank's own (a gather: every rank saves)
+        state["rng_ranks"] = [None] * module.trainer.world_size
+        torch.distributed.all_gather_object(state["rng_ranks"], state["rng"])
     state.update({name: getattr(module, name) for name in module.checkpointed_attributes})
     if module.experience is not None and (experience := module.experience.state_dict()) is not None:
         state["replay_buffer"] = experience  # the key since replay buffers were first saved
     checkpoint["rl_lightning"] = state
     plain_hyperparameters(checkpoint.get("hyper_parameters", {}), resolved_configs(module))
+    if module.splits_members:  # every rank's members in the one file (a gather: every rank saves)
+        members_resized(checkpoint, module.population, module.gather_members)
 
 
 def restore_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
@@ -276,7 +281,10 @@ def restore_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
             )
     state = checkpoint.get("rl_lightning", {})
     module.env_steps = int(state.get("env_steps", 0))
-    if "rng" in state:
+    ranks = state.get("rng_ranks")
+    if ranks and module._trainer is not None and module.trainer.world_size == len(ranks):
+        set_rng_state(ranks[module.global_rank])  # DDP: each rank its own stream, as before the save
+    elif "rng" in state:
         set_rng_state(state["rng"])
     if module.env_config.seed is None and state.get("env_seed") is not None:
         module.env_config.seed = int(state["env_seed"])
@@ -284,8 +292,32 @@ def restore_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
         if name in state:
             setattr(module, name, type(getattr(module, name))(state[name]))
     module.build_for_env()
+    if module.splits_members:  # the file holds every member: this rank's block of them
+        own = slice(module.member_offset, module.member_offset + module.population)
+        members_resized(checkpoint, module.population_size, lambda t: t[own])
     if state.get("replay_buffer") is not None:
         module.experience.load_state_dict(state["replay_buffer"])
+
+
+def members_resized(checkpoint: dict[str, Any], members: int, resize: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """The population's tensors in Lightning's ``checkpoint`` (the module's state dict, its optimizers'
+    state and per-member learning rates: each with a leading member dimension of ``members``) through
+    ``resize``, in new containers (the optimizer's state dict shares its tensors' dicts with the optimizer)."""
+
+    def member_tensor(t: Any) -> Any:
+        return resize(t) if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == members else t
+
+    checkpoint["state_dict"] = {k: member_tensor(v) for k, v in checkpoint["state_dict"].items()}
+    if "optimizer_states" not in checkpoint:  # weights only
+        return
+    checkpoint["optimizer_states"] = [
+        {
+            **optimizer,
+            "state": {i: {k: member_tensor(v) for k, v in st.items()} for i, st in optimizer["state"].items()},
+            "param_groups": [{k: member_tensor(v) for k, v in g.items()} for g in optimizer["param_groups"]],
+        }
+        for optimizer in checkpoint["optimizer_states"]
+    ]
 
 
 def resolved_configs(module: Any) -> dict[str, Any]:

@@ -44,6 +44,10 @@ class RunConfig:
             (or ``log_uniform``): each member's value drawn from its seed (``env.seed`` or
             ``population_seeds`` must be set). The arguments an algorithm can vary per member are its
             ``member_hyperparameters`` (docs/population.md, "Hyperparameter variants").
+        population_ddp: How a population trains under DDP (docs/population.md, "Populations under DDP"):
+            ``split`` (default), each rank holds its own block of members (a multiple of the world size, 2
+            or more per rank) and no gradients cross ranks; ``replicate``, every rank holds every member
+            and each member is trained data-parallel, its gradients averaged over the ranks.
     """
 
     total_env_steps: int | None = None
@@ -52,14 +56,19 @@ class RunConfig:
     population: int = 1
     population_seeds: list[int] = dataclasses.field(default_factory=list)
     population_variants: dict[str, list[float] | dict[str, list[float]]] = dataclasses.field(default_factory=dict)
+    population_ddp: str = "split"
 
     def check(self) -> None:
         """``ConfigError`` naming the field and its value (each count at least 1; seeds of a population, 2 or
         more, as many as ``population`` where both are set); for a config with its defaults filled in
         (``resolve_config``)."""
         for f in dataclasses.fields(self):
-            if f.name not in ("population_seeds", "population_variants"):
+            if f.name not in ("population_seeds", "population_variants", "population_ddp"):
                 at_least(f"run.{f.name}", getattr(self, f.name), 1)
+        check(
+            self.population_ddp in ("split", "replicate"),
+            f"run.population_ddp must be 'split' or 'replicate', got {self.population_ddp!r}.",
+        )
         seeds = self.population_seeds
         if seeds:
             check(len(seeds) >= 2, f"run.population_seeds needs 2 or more seeds, got {seeds}; one: seed_everything.")

@@ -87,11 +87,17 @@ def log_evaluation(module: Any, seeds: list[int], prefix: str) -> None:
             member_returns = torch.as_tensor(returns, dtype=torch.float32, device=module.device).unflatten(
                 0, (-1, len(seeds))
             )
-            for metric, member_return in zip(module.member_eval_returns, member_returns, strict=True):
-                metric.update(member_return)
+            if module.splits_members:  # every episode on this rank: each member's mean, every rank's members
+                module.member_eval_means = module.gather_members(member_returns.mean(1))
+            else:
+                for metric, member_return in zip(module.member_eval_returns, member_returns, strict=True):
+                    metric.update(member_return)
     module.log(f"{prefix}/episode_return", module.eval_return, prog_bar=True, batch_size=max(len(seeds), 1))
     module.log(f"{prefix}/episode_length", module.eval_length, batch_size=max(len(seeds), 1))
-    if module.population > 1:
+    if module.splits_members:  # the same values on every rank (gathered)
+        for k, value in enumerate(module.member_eval_means.unbind()):
+            module.log(f"member_{k}/{prefix}/episode_return", value, batch_size=1, sync_dist=True)
+    elif module.population > 1:
         for k, metric in enumerate(module.member_eval_returns):
             module.log(f"member_{k}/{prefix}/episode_return", metric, batch_size=max(len(seeds), 1))
     if prefix == "val" and not module.trainer.sanity_checking:
@@ -104,8 +110,12 @@ def log_evaluation(module: Any, seeds: list[int], prefix: str) -> None:
 def log_member_aggregate(module: Any, prefix: str) -> None:
     """At the end of a population's evaluation: the interquartile mean over members of their mean returns
     (``<prefix>/episode_return_iqm``; ``<prefix>/episode_return`` is the mean over all members' episodes)."""
-    means = torch.stack([metric.compute() for metric in module.member_eval_returns])
-    module.log(f"{prefix}/episode_return_iqm", interquartile_mean(means), batch_size=1)
+    if module.splits_members:
+        means = module.member_eval_means
+    else:
+        means = torch.stack([metric.compute() for metric in module.member_eval_returns])
+    # The same value on every rank (from synced or gathered means); sync_dist only silences Lightning's warning.
+    module.log(f"{prefix}/episode_return_iqm", interquartile_mean(means), batch_size=1, sync_dist=True)
 
 
 def env_actions(module: Any, obs: Tensor) -> Tensor:

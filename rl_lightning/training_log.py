@@ -23,19 +23,20 @@ def log_training(module: Any, metrics: dict[str, Tensor | float], episodes: tupl
     env steps count per member; a metric given as an ``(N,)`` tensor, one value per member, is logged as
     ``member_k/<name>`` and as its mean over members under its own name; episode returns per member
     (``member_k/rollout/episode_return``) and their interquartile mean over members
-    (``rollout/episode_return_iqm``)."""
+    (``rollout/episode_return_iqm``). Members split across ranks: each rank's members' values gathered first,
+    named by their index in the whole population."""
     now = time.perf_counter()
     elapsed = max(now - module._last_time, 1e-9)
     metrics["time/env_steps_per_second"] = (module.env_steps - module._last_env_steps) / elapsed
     module._last_time, module._last_env_steps = now, module.env_steps
     returns, lengths = episodes[:2]
     totals = [float(returns.sum()), float(lengths.sum()), float(len(returns))]
-    members = module.population
+    members = module.population_size
     if members > 1:
-        metrics = split_members(metrics, members)
-        member = episodes[2] // module.env_config.num_envs
+        metrics = split_members(gather_member_metrics(module, metrics), members)
+        member = episodes[2] // module.env_config.num_envs + module.member_offset
         totals += np.bincount(member, returns, members).tolist() + np.bincount(member, None, members).tolist()
-        metrics["population/diverged_members"] = module.diverged_members.sum().float()
+        metrics["population/diverged_members"] = module.gather_members(module.diverged_members).sum().float()
     world_size = module.trainer.world_size
     if world_size > 1:
         keys = list(metrics)
@@ -63,6 +64,18 @@ def log_training(module: Any, metrics: dict[str, Tensor | float], episodes: tupl
     if totals[2] > 0:
         progress["return"] = metrics["rollout/episode_return"]
     module.log_dict(progress, prog_bar=True, logger=False, batch_size=1)
+
+
+def gather_member_metrics(module: Any, metrics: dict[str, Tensor | float]) -> dict[str, Tensor | float]:
+    """``metrics`` with each of this rank's members' ``(population,)`` tensors as every member's (one gather for
+    all of them), where the members are split across ranks; as they are otherwise."""
+    if not module.splits_members:
+        return metrics
+    keys = [k for k, v in metrics.items() if isinstance(v, Tensor) and v.dim() == 1 and len(v) == module.population]
+    if not keys:
+        return metrics
+    every = module.gather_members(torch.stack([metrics[k].float() for k in keys], dim=1))  # (N, metrics)
+    return {**metrics, **dict(zip(keys, every.unbind(1), strict=True))}
 
 
 def split_members(metrics: dict[str, Tensor | float], members: int) -> dict[str, Tensor | float]:

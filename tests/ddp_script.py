@@ -12,8 +12,9 @@ Checked on every rank, as the run goes (a failed check exits non-zero):
 - evaluation: the ranks play disjoint seeds covering all episodes, and the logged mean equals the mean
   over all episodes (not the mean of per-rank means);
 - checkpoints are written by rank 0 only.
-A population (``ppo_population``) is checked the same way: every rank holds every member, whose gradients
-DDP averages across ranks member by member; env steps count per member.
+A population with ``run.population_ddp: replicate`` (``ppo_population``) is checked the same way: every rank
+holds every member, whose gradients DDP averages across ranks member by member; env steps count per member.
+(A population split across ranks, the default: tests/ddp_members_script.py.)
 Rank 0 writes what it saw to ``<out>/result.json``; the test asserts on it.
 
 Adding an algorithm to the DDP tests is one entry in ``ALGOS``.
@@ -126,13 +127,14 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
     "recurrent_ppo": lambda steps: build(
         RecurrentPPO, env=EnvConfig("CartPole-v1", num_envs=4), total_env_steps=steps, hidden_size=16, **PPO_ARGS
     ),
-    # A population under DDP: every rank holds all members; each member's gradients averaged across ranks
+    # A population under DDP, replicated: every rank holds all members; each member's gradients averaged across ranks
     # (data parallelism per member, as a single run's DDP). Members differ in seed and hyperparameters.
     "ppo_population": lambda steps: build(
         PPO,
         env=EnvConfig("CartPole-v1", num_envs=4),
         total_env_steps=steps,
         population_variants={"learning_rate": [1e-3, 3e-4], "ent_coef": [0.0, 0.01], "clip_coef": [0.2, 0.1]},
+        population_ddp="replicate",
         **PPO_ARGS,
     ),
     # A2C's RMSprop with each member's learning rate (step_members), and each member's gamma. 64 env steps
@@ -146,12 +148,14 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
         env_steps_per_epoch=256,
         eval_episodes=3,
         population_variants={"learning_rate": [7e-4, 2e-3], "gamma": [0.99, 0.9]},
+        population_ddp="replicate",
     ),
     "ppo_population_diverging": lambda steps: build(
         PPOMemberDivergesOnOneRank,
         env=EnvConfig("CartPole-v1", num_envs=4),
         total_env_steps=steps,
         population=2,
+        population_ddp="replicate",
         **PPO_ARGS,
     ),
     "ppo_two_losses": lambda steps: build(
@@ -169,6 +173,7 @@ ALGOS: dict[str, Callable[[int], RLModule]] = {
         env=PENDULUM_16,
         population=2,
         population_variants={"learning_rate": [3e-4, 1e-3], "tau": [0.005, 0.02]},
+        population_ddp="replicate",
         **off_policy_args(steps),
     ),
 }

@@ -51,6 +51,7 @@ def test_checkpoints_hold_the_resolved_configs(tmp_path):
         population=1,
         population_seeds=[],
         population_variants={},
+        population_ddp="split",
     )
     assert hparams["env"]["seed"] is not None  # the seed drawn in setup
     assert DQN.load_from_checkpoint(tmp_path / "last.ckpt", weights_only=True).replay_config == model.replay_config

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from rl_lightning.errors import ConfigError
+from tests.ddp_members_script import population as split_population
 from tests.ddp_script import ALGOS
 from tests.helpers import quick_trainer
 
@@ -96,6 +98,46 @@ def test_ddp_two_ranks_stay_in_sync_and_resume_on_one_device(algo, tmp_path):
         # Each member's own rate, annealed after the first rollout of 2 ranks x 64 env steps per member.
         assert logged["member_0/train/learning_rate"] == pytest.approx(1e-3 * (1 - 128 / 1024))
         assert logged["member_1/train/learning_rate"] == pytest.approx(3e-4 * (1 - 128 / 1024))
+
+
+@pytest.mark.slow
+def test_a_population_splits_its_members_across_ranks(tmp_path):
+    """``run.population_ddp: split`` (the default): 4 PPO members on 2 ranks, 2 each (tests/ddp_members_script.py)."""
+    out = run([sys.executable, str(ROOT / "tests/ddp_members_script.py"), "--out", str(tmp_path)])
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    r = json.loads((tmp_path / "result.json").read_text())
+    assert r["world_size"] == 2 and r["ddp_wrapped"] == [False, False]  # no gradient crosses ranks
+    # Rank r's members are members 2r and 2r + 1 of the whole population: built and first reset as there.
+    assert r["same_init_as_whole"] and r["same_first_reset_as_whole"]
+    # Env steps per member, each rank its own (not the sum over ranks).
+    assert r["env_steps"] == 512 and r["local_env_steps_per_member"] == [512, 512]
+    # Members logged under their index in the population, with the values of the rank that holds them.
+    assert r["logged_eval"] == pytest.approx(r["eval_by_rank"])
+    assert r["logged_val_return"] == pytest.approx(r["eval_mean_all"])  # every member's episodes
+    assert {f"member_{k}/train/policy_loss" for k in range(4)} <= set(r["logged_keys"])
+    assert {f"member_{k}/rollout/episode_return" for k in range(4)} <= set(r["logged_keys"])
+    # Member 3 (rank 1's second) diverged alone: frozen, reported by its index; the others trained on.
+    assert r["diverged_members"] == [False, False, False, True] and r["logged_diverged"] == 1.0
+    # After the fit every rank holds the whole population; the checkpoint holds every member.
+    assert r["population_after_fit"] == 4 and r["united_equal_across_ranks"]
+    assert r["checkpoint_shapes"] == [4] and r["optimizer_state_shapes"] == [4] and r["checkpoint_lr_shape"] == [4]
+    assert r["checkpoint_equals_united"]
+    # Resumed on 2 ranks, each its own block back; and on one device, the whole population.
+    assert r["resume_restored_own_block"] and r["resumed_env_steps"] == [768, 768]
+    assert r["resume_keeps_rank_rng_streams"]  # each rank's RNG stream its own again, not rank 0's on both
+    model = split_population(768)
+    quick_trainer().fit(model, ckpt_path=r["last_ckpt"])
+    assert model.env_steps == 768 and model.population == 4 and model.diverged_members.tolist()[3]
+
+
+def test_a_population_that_does_not_split_evenly_is_refused():
+    model = split_population(512)
+    with pytest.raises(
+        ConfigError, match="run.population=4 does not split over 3 DDP ranks .* run.population_ddp: replicate"
+    ):
+        model.split_members(0, 3)
+    with pytest.raises(ConfigError, match="2 or more members each"):
+        model.split_members(0, 4)
 
 
 def free_port() -> int:

@@ -24,3 +24,12 @@ def test_lightning_optimizer_counts_steps_in_its_step_hooks():
     # cuda_graphs.UpdateGraphs.run: a replayed graph's optimizer steps counted (global_step).
     optimizer = LightningOptimizer(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
     assert callable(optimizer._on_before_step) and callable(optimizer._on_after_step)
+
+
+def test_ddp_wraps_the_module_in_configure_ddp_when_fitting():
+    # RLModule.setup: a population split across ranks replaces configure_ddp on its strategy (no wrapper,
+    # no gradient all-reduce); Lightning's setup calls it only when fitting.
+    import inspect
+
+    assert "self.configure_ddp()" in inspect.getsource(DDPStrategy.setup)
+    assert "_setup_model" in inspect.getsource(DDPStrategy.configure_ddp)

@@ -414,7 +414,9 @@ def test_a2c_population_fits():
 
 def test_target_kl_stops_each_members_own_epochs():
     population = population_ppo(population=3, target_kl=0.02)
-    population._trainer = SimpleNamespace(strategy=SimpleNamespace(reduce=lambda x, reduce_op: x))  # one rank
+    population._trainer = SimpleNamespace(
+        world_size=1, strategy=SimpleNamespace(reduce=lambda x, reduce_op: x)
+    )  # one rank
     population.updating = torch.ones(3, dtype=torch.bool)
     assert not population.kl_stops_epochs(torch.tensor([0.01, 0.05, 0.01]))
     assert population.updating.tolist() == [True, False, True]  # member 1's updates masked from now on

@@ -147,6 +147,12 @@ class RLModule(PopulationMembers, L.LightningModule):
             # The device is final here (Lightning moves the module there after setup): a torch-backend
             # env is built on it, so rollouts never leave it.
             device = strategy.root_device if strategy else self.device
+            world = self.trainer.world_size if strategy is not None else 1
+            if self.population > 1 and world > 1 and self.run_config.population_ddp == "split":
+                self.split_members(self.global_rank, world)
+                # Nothing to average across ranks: no DDP wrapper (Lightning has no public switch for it;
+                # tests/test_lightning_private.py fails if it renames the method).
+                strategy.configure_ddp = lambda: None
             # A population's members share one vector env: member k's sub-envs are the num_envs from k * num_envs.
             self.envs = make_vector_env(self.env_config, self.env_config.num_envs * self.population, device=device)
             self._build(self.envs.structured_observation_space, self.envs.single_action_space)
@@ -205,7 +211,8 @@ class RLModule(PopulationMembers, L.LightningModule):
         """Seed for this rank's first training sub-env at this point of the run: ranks never share env
         seeds, and a resumed run (``env_steps > 0``) starts new episodes rather than replaying the first."""
         sub_envs = self.env_config.num_envs * self.population  # a population's: all its members'
-        return self.member_env_seeds[0] + self.global_rank * sub_envs + self.env_steps
+        # Members split across ranks: this rank's first member's seed (its own run's) is already its own.
+        return self.member_env_seeds[0] + self.data_parallel_rank * sub_envs + self.env_steps
 
     @property
     def training_env_seed(self) -> int | list[int]:
@@ -218,12 +225,12 @@ class RLModule(PopulationMembers, L.LightningModule):
         if not self.run_config.population_seeds or not seeds_each_sub_env(self.envs):
             return self.rank_seed + restarts
         num_envs = self.env_config.num_envs
-        offset = self.global_rank * num_envs + self.env_steps + restarts
+        offset = self.data_parallel_rank * num_envs + self.env_steps + restarts
         return [seed + offset + e for seed in self.member_env_seeds for e in range(num_envs)]
 
     # ------------------------------------------------------------------------------- collection
     def train_dataloader(self) -> DataLoader:
-        iterations = math.ceil(self.env_steps_per_epoch / (self.env_steps_per_iteration * self.trainer.world_size))
+        iterations = math.ceil(self.env_steps_per_epoch / (self.env_steps_per_iteration * self.data_parallel_ranks))
         return DataLoader(StepPacer(iterations, self.iterations_per_step), batch_size=None)
 
     def within_budget(self, iterations: int) -> Iterator[int]:
@@ -246,6 +253,9 @@ class RLModule(PopulationMembers, L.LightningModule):
         return self.env_steps - before
 
     # --------------------------------------------------------------------------- training loop
+    def on_fit_end(self) -> None:
+        self.unite_members()  # members split across ranks: every rank holds all of them again
+
     def on_fit_start(self) -> None:
         # Denormal floats (Adam's moments of dead ReLU units) are tens of times slower on x86 and noise to
         # any RL loss: flushed on the training thread while fitting (docs/benchmarks.md, "Denormals").
@@ -254,7 +264,7 @@ class RLModule(PopulationMembers, L.LightningModule):
 
     def on_train_start(self) -> None:
         if self.variants:  # once, so that each member's curves can be told apart by its values
-            values = {f"member_{k}/hp/{n}": v[k] for n, v in self.variants.items() for k in range(self.population)}
+            values = {f"member_{k}/hp/{n}": v[k] for n, v in self.variants.items() for k in range(self.population_size)}
             for logger in self.loggers:
                 logger.log_metrics(values, step=self.env_steps)
         if self.env_steps >= self.total_env_steps:  # resumed from a run that had spent its budget
@@ -323,7 +333,8 @@ class RLModule(PopulationMembers, L.LightningModule):
     # ------------------------------------------------------------------------------- evaluation
     def val_dataloader(self) -> DataLoader:
         # One batch per rank: the seeds of the evaluation episodes this rank plays.
-        seeds = eval_seeds(self.env_config, self.eval_episodes, self.global_rank, self.trainer.world_size)
+        # Members split across ranks: each rank plays every episode with its own members.
+        seeds = eval_seeds(self.env_config, self.eval_episodes, self.data_parallel_rank, self.data_parallel_ranks)
         return DataLoader([seeds], batch_size=None)
 
     test_dataloader = val_dataloader  # the same episodes, logged as test/...

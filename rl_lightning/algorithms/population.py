@@ -36,7 +36,9 @@ class PopulationMembers:
     def init_population(self) -> None:
         """In ``RLModule.__init__``: ``population`` (members; 1: a plain run), each member's evaluation
         metric and the frozen (diverged) members, and the checked ``variants``."""
-        self.population = self.run_config.members
+        self.population = self.run_config.members  # this rank's members (split_members)
+        self.population_size = self.population  # every rank's
+        self.member_offset = 0  # the index of this rank's first member in the population
         if self.population > 1:
             check_population(type(self), self.population)
             for name in type(self).population_excludes:
@@ -54,15 +56,84 @@ class PopulationMembers:
             self.register_buffer(f"variant_{name}", torch.tensor(values, dtype=torch.float32), persistent=False)
 
     @property
+    def splits_members(self) -> bool:
+        """Whether this rank holds only its own block of the population (``split_members``)."""
+        return self.population < self.population_size
+
+    @property
+    def data_parallel_ranks(self) -> int:
+        """The ranks that train the same members, data-parallel (their env steps add up, their gradients are
+        averaged): the world, or this rank alone where the members are split across ranks."""
+        return 1 if self.splits_members or self._trainer is None else self.trainer.world_size
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return 0 if self.splits_members else self.global_rank
+
+    def split_members(self, rank: int, world: int) -> None:
+        """Under DDP with ``run.population_ddp: split`` (``setup``, before the envs are built for the members):
+        this rank keeps members ``rank * N / world`` to ``(rank + 1) * N / world`` (every member's tensor sliced:
+        each has the member dimension first), trains them alone and never exchanges their gradients."""
+        size = self.population_size
+        local, extra = divmod(size, world)
+        check(
+            extra == 0 and local >= 2,
+            f"run.population={size} does not split over {world} DDP ranks as 2 or more members each "
+            f"(run.population_ddp: split): use a multiple of {world} ({2 * world} or more), or set "
+            "run.population_ddp: replicate (every rank trains every member).",
+        )
+        replay = getattr(self, "replay_config", None)
+        check(
+            replay is None or not replay.save_replay_buffer,
+            "replay.save_replay_buffer does not work with a population split across DDP ranks (each rank's buffer "
+            "holds its own members' transitions); set it false or run.population_ddp: replicate.",
+        )
+        self.population, self.member_offset = local, rank * local
+        own = slice(self.member_offset, self.member_offset + local)
+        self._resize_members(lambda t: t[own].clone(), size)
+        self.member_eval_returns = self.member_eval_returns[own]
+        if getattr(self, "_built", False):  # built before the fit (a loaded checkpoint): its experience side too
+            self.experience = self.build_experience()
+
+    def unite_members(self) -> None:
+        """After a fit whose members were split across ranks (``on_fit_end``, every rank): every rank holds every
+        member again (gathered), so that evaluation, export and checkpoints see the whole population."""
+        if not self.splits_members:
+            return
+        self._resize_members(self.gather_members, self.population)
+        self.member_eval_returns = torch.nn.ModuleList(MeanMetric() for _ in range(self.population_size))
+        self.population, self.member_offset = self.population_size, 0
+
+    def _resize_members(self, resize: Callable[[Tensor], Tensor], members: int) -> None:
+        """Every tensor of the module with a member dimension of ``members``, through ``resize``: the state dict's
+        (a population's are all per member) and the variants'; the ``Population``s' sizes after them."""
+        tensors = [t for t in self.state_dict(keep_vars=True).values() if t.dim() and t.shape[0] == members]
+        tensors += [getattr(self, f"variant_{name}") for name in self.variants]
+        with torch.no_grad():
+            for t in tensors:
+                t.data = resize(t.data)
+        size = len(tensors[0]) if tensors else members
+        for module in self.modules():
+            if isinstance(module, Population):
+                module.size = size
+
+    def gather_members(self, x: Tensor) -> Tensor:
+        """This rank's members' ``x`` (member dimension first) as every member's, in member order (every
+        rank's block, gathered: a collective); ``x`` itself where this rank holds every member."""
+        if not self.splits_members:
+            return x
+        return self.trainer.strategy.all_gather(x).flatten(0, 1)
+
+    @property
     def member_seeds(self) -> list[int]:
         """Each population member's seed (``seed_everything``): ``run.population_seeds`` where given, else member
         ``k`` is the run with ``env.seed`` and ``seed_everything`` both ``env.seed + k * env.num_envs``
         (its sub-envs seeded from it as the sub-envs of one vector env of all members' sub-envs are;
         docs/population.md). A plain run: its ``env.seed``."""
         if self.run_config.population_seeds:
-            return list(self.run_config.population_seeds)
+            return self._own(list(self.run_config.population_seeds))
         seed = self.env_config.seed or 0
-        return [seed + k * self.env_config.num_envs for k in range(self.population)]
+        return self._own([seed + k * self.env_config.num_envs for k in range(self.population_size)])
 
     @property
     def member_env_seeds(self) -> list[int]:
@@ -74,7 +145,11 @@ class PopulationMembers:
             return self.member_seeds
         if self.env_config.seed is not None:
             return [self.env_config.seed] * self.population
-        return [env_seed_drawn_by(seed) for seed in self.run_config.population_seeds]
+        return self._own([env_seed_drawn_by(seed) for seed in self.run_config.population_seeds])
+
+    def _own(self, per_member: list[Any]) -> list[Any]:
+        """Of a list over every member, this rank's members' (``split_members``)."""
+        return per_member[self.member_offset : self.member_offset + self.population]
 
     def make_population(
         self, make: Callable[[], torch.nn.Module], before: Callable[[], Any] | None = None
@@ -173,7 +248,7 @@ class PopulationMembers:
         if max_grad_norm is not None:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             finite &= clip_grad_norm_per_member(params, max_grad_norm).isfinite()
-        if self._trainer is not None and self.trainer.world_size > 1:  # DDP: a member steps on all ranks or none
+        if self.data_parallel_ranks > 1:  # DDP, every rank training every member: it steps on all of them or none
             finite = self.trainer.strategy.reduce((~finite).float(), reduce_op="sum") == 0
         self.diverged_members |= ~finite
         step_members(optimizer, finite if stepping is None else finite & stepping)
@@ -228,7 +303,7 @@ def check_variants(module: PopulationMembers, variants: dict[str, Any]) -> dict[
 def report_diverged_members(module: PopulationMembers, reported: Tensor | None) -> Tensor:
     """Warn once per member that diverged (``population_step`` froze it), by index; ``DivergenceError``
     once all have. Returns the members reported so far."""
-    diverged = module.diverged_members.clone()
+    diverged = module.gather_members(module.diverged_members).clone()  # by member index, every rank's
     new = diverged if reported is None else diverged & ~reported
     if bool(new.any()):
         members = new.nonzero().flatten().tolist()

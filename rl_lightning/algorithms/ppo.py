@@ -245,8 +245,10 @@ class PPO(RLModule):
         """``target_kl``: whether the approximate KL of the epoch's last minibatch stops the rollout's update
         epochs. A population member past it stops its own (its updates masked from then on, ``updating``);
         the epochs stop once every member has."""
-        # Same decision on every DDP rank, or their optimizer steps would diverge.
-        kl = self.trainer.strategy.reduce(approx_kl.detach(), reduce_op="mean")
+        # Same decision on every DDP rank that trains the member, or their optimizer steps would diverge.
+        kl = approx_kl.detach()
+        if self.data_parallel_ranks > 1:
+            kl = self.trainer.strategy.reduce(kl, reduce_op="mean")
         if self.population == 1:
             return bool(kl > self.hparams.target_kl)
         self.updating &= kl <= self.hparams.target_kl

@@ -41,6 +41,8 @@ class DivergenceCheck(Callback):
         ok = largest <= limit
         if loss is not None:
             ok = ok & loss.isfinite().all()
+        if getattr(pl_module, "splits_members", False):  # ranks with members of their own: all stop, or none
+            ok = trainer.strategy.reduce(ok.float(), reduce_op="sum") == trainer.world_size
         if bool(ok):
             return
         largest = float(largest)

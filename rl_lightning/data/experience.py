@@ -103,7 +103,7 @@ def collect_from(module: Any, policy: Any, max_restarts: int) -> Any:
             with naming_env_faults("Experience collection", config.env_id, module.env_steps):
                 if not side.started:
                     seed = module.training_env_seed  # new episodes after a restart
-                    side.start(module.envs, module.device, seed, module.trainer.world_size, module.graphs)
+                    side.start(module.envs, module.device, seed, module.data_parallel_ranks, module.graphs)
                 collected = side.collect(policy)
             break
         except CollectionError as e:
@@ -113,5 +113,5 @@ def collect_from(module: Any, policy: Any, max_restarts: int) -> Any:
             side.stop()
             module.env_restarts += 1
             module.envs = remake_vector_env(module.envs, config, module.device)
-    module.env_steps += side.vector_steps * config.num_envs * module.trainer.world_size
+    module.env_steps += side.vector_steps * config.num_envs * module.data_parallel_ranks
     return collected
