@@ -123,6 +123,7 @@ def test_atari_frame_stack_is_an_env_kwarg_on_both_backends_and_bad_values_are_r
         envs("PongNoFrameskip-v4", backend=backend, frame_stack=0)
 
 
+@pytest.mark.slow  # ~20 s; the default suite is at its time budget
 def test_a_pong_game_scores_and_lasts_alike_on_both_backends():
     actions = np.random.default_rng(0).integers(0, 6, (2500, 4))
     games = {

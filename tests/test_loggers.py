@@ -42,6 +42,7 @@ def test_csv(tmp_path):
     assert [float(r["val/episode_return"]) for r in rows if r.get("val/episode_return")]
 
 
+@pytest.mark.slow  # ~17 s (an optional logger); the default suite is at its time budget
 def test_mlflow_on_a_local_store(tmp_path):
     mlflow = pytest.importorskip("mlflow")
     run = fit_with("mlflow", tmp_path)
@@ -51,6 +52,7 @@ def test_mlflow_on_a_local_store(tmp_path):
     assert "val/episode_return" in logged.data.metrics
 
 
+@pytest.mark.slow  # ~12 s (an optional logger); the default suite is at its time budget
 def test_wandb_offline(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -87,6 +87,7 @@ def test_jobs_workers_with_a_sampler_seed_suggest_different_trials(tmp_path):
     assert len(params) >= 4 and len(set(params)) == len(params)
 
 
+@pytest.mark.slow  # ~27 s; the default suite is at its time budget (a killed worker's study stays in it)
 def test_six_trials_in_two_processes_share_one_sqlite_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     args = ["tune", "--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "6"]
