@@ -74,7 +74,7 @@ class RLProgressBar(TQDMProgressBar):
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         desc = f"{type(pl_module).__name__} {pl_module.env_config.env_id}"
         if pl_module.population > 1:  # the bar counts each member's env steps, all members step together
-            desc += f" x{pl_module.population} members (env steps per member)"
+            desc += f" x{pl_module.population_size} members (env steps per member)"  # every rank's
         bar = self.train_progress_bar = self.init_train_tqdm(pl_module.total_env_steps, desc)
         bar.initial = bar.n = min(
             pl_module.env_steps, pl_module.total_env_steps
