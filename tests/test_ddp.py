@@ -6,6 +6,7 @@ then fails the test instead of wedging pytest (Lightning traps SIGTERM, hence KI
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -186,3 +187,27 @@ def test_cli_with_the_ddp_preset(tmp_path):
     ckpt = torch.load(tmp_path / "runs/ppo_cartpole/version_0/checkpoints/last.ckpt", weights_only=True)
     assert ckpt["rl_lightning"]["env_steps"] == 1024
     assert "Starting with 2 processes" in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_cli_splits_an_off_policy_population_across_ranks(tmp_path):
+    """SAC, 4 members on 2 ranks through the CLI: each rank's replay holds its own members' transitions, the
+    checkpoint every member, and the best-member line names a member of the whole population."""
+    out = run(
+        [
+            *(sys.executable, "-m", "rl_lightning.cli", "fit"),
+            *("--config", str(ROOT / "configs/sac/pendulum.yaml"), "--config", str(ROOT / "configs/trainer/ddp.yaml")),
+            *("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.enable_progress_bar", "false"),
+            *("--model.run.population", "4", "--model.env.seed", "3", "--model.replay.learning_starts", "200"),
+            *("--model.run.total_env_steps", "600", "--model.run.env_steps_per_epoch", "300"),
+            *("--model.run.eval_episodes", "2"),
+        ],
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    ckpt = torch.load(tmp_path / "runs/sac_pendulum/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert ckpt["rl_lightning"]["env_steps"] == 600  # per member, each rank its own members'
+    assert {v.shape[0] for v in ckpt["state_dict"].values()} == {4}
+    assert len(ckpt["rl_lightning"]["rng_ranks"]) == 2
+    best = re.search(r"Best member: (\d) \(seed (\d+)\)", out.stdout + out.stderr)
+    assert best and int(best[2]) == 3 + int(best[1])  # member k is the run of seed 3 + k (one sub-env each)
