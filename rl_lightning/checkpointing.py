@@ -32,7 +32,7 @@ import torch
 from lightning.fabric.plugins import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
-from rl_lightning.config import constructor_defaults
+from rl_lightning.config import ReplayConfig, RunConfig, constructor_defaults
 from rl_lightning.errors import ConfigError
 from rl_lightning.seeding import rng_state, set_rng_state
 
@@ -381,8 +381,23 @@ def hyperparameter_changes(
     drawn per run, not chosen)."""
     old, new = _flatten(saved), _flatten(current)
     skip = {*ignored, "_instantiator", "_class_path"}
+    # A config field added since the checkpoint was written, at its default, is how the old code trained.
+    skip |= {k for k, v in new.items() if k not in old and _field_default(k) == (v,)}
     keys = [k for k in dict.fromkeys([*old, *new]) if k not in skip]
     return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def _field_default(key: str) -> tuple[Any] | tuple[()]:
+    """``(default,)`` of the ``run`` or ``replay`` config field a dotted key names (``model.run.population_ddp``),
+    ``()`` for any other key."""
+    *_, section, name = ["", *key.split(".")]
+    config = {"run": RunConfig, "replay": ReplayConfig}.get(section)
+    fields = {f.name: f for f in dataclasses.fields(config)} if config else {}
+    if name not in fields:
+        return ()
+    field = fields[name]
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    return (list(default) if isinstance(default, tuple) else default,)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

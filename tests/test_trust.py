@@ -24,6 +24,7 @@ from rl_lightning.checkpointing import (
     ReplaySideFileIO,
     atomic_write,
     checkpoint_problem,
+    hyperparameter_changes,
     newest_loadable,
     read_checkpoint,
 )
@@ -183,6 +184,18 @@ def test_resuming_with_other_hyperparameters_warns_naming_each(tmp_path):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*other hyperparameters.*")
         quick_trainer(default_root_dir=tmp_path).validate(same, ckpt_path=ckpt)
+
+
+def test_a_config_field_added_since_the_checkpoint_is_a_change_only_off_its_default():
+    # A checkpoint (or a run's config.yaml) written before run.population_ddp existed trained as its default does.
+    saved = {"model": {"learning_rate": 1e-3, "run": {"total_env_steps": 512, "population": 1}}}
+    run = {"total_env_steps": 512, "population": 1, "population_ddp": "split"}
+    now = {"model": {"learning_rate": 1e-3, "run": run}}
+    assert hyperparameter_changes(saved, now) == []
+    now["model"]["run"]["population_ddp"] = "replicate"
+    assert hyperparameter_changes(saved, now) == ["model.run.population_ddp: '(absent)' -> 'replicate'"]
+    now["model"]["gamma"] = 0.99  # not a config field: absent before is a change
+    assert "model.gamma: '(absent)' -> 0.99" in hyperparameter_changes(saved, now)
 
 
 # ------------------------------------------------------------------------------- side files
