@@ -42,6 +42,16 @@ def test_population_cost_script_times_a_sac_update_and_a_collection_step() -> No
     assert set(costs) == {"update_ms", "act_ms"} and all(ms > 0 for ms in costs.values())
 
 
+def test_population_cost_script_times_a_ppo_update_and_its_arithmetic_floor() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        module = importlib.import_module("population_cost")
+        costs = [module.ppo_costs(members=n, calls=1, repeats=1, batch=8) for n in (1, 2)]
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert all(set(c) == {"update_ms", "floor_ms"} and all(ms > 0 for ms in c.values()) for c in costs)
+
+
 @pytest.mark.slow  # four fits, each a fresh process (~40 s)
 def test_gpu_script_population_section_on_cpu(tmp_path: Path) -> None:
     cmd = [sys.executable, str(ROOT / "benchmarks/gpu.py"), "--smoke-cpu", "--sections", "population"]
