@@ -142,6 +142,7 @@ def test_dqn_atari_config_smoke(env_id, tmp_path):
     assert ckpt["rl_lightning"]["env_steps"] >= 400 and ckpt["hyper_parameters"]["env"]["env_id"] == env_id
 
 
+@pytest.mark.slow  # ~16 s; tests/test_cli.py runs configs/ppo/atari.yaml on a tiny budget in the default suite
 def test_ppo_atari_config_smoke(tmp_path):
     # configs/ppo/atari.yaml end to end on a tiny budget: 2 envs x 32 steps, 4 rollouts, one evaluation.
     args = ["fit", "--config", str(ROOT / "configs/ppo/atari.yaml"), "--model.env.num_envs", "2"]

@@ -36,6 +36,7 @@ def train_ppo_pendulum(seed: int, total_env_steps: int, **kw) -> float:
     return final_return(PPO, seed, env=env, total_env_steps=total_env_steps, **{**PENDULUM_PPO, **kw})
 
 
+@pytest.mark.slow  # ~15 s; the default suite is at its time budget (PPO's CartPole learning check stays)
 def test_ppo_pendulum_beats_random_on_a_small_budget():
     # A random policy averages about -1200; the config passes -250 after 20-50k steps (the learning
     # rate is not annealed here: over so short a budget annealing would slow it down).

@@ -41,9 +41,11 @@ def run(cmd: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 # With -m slow (the default suite is at its time budget), ~13-24 s each: PPO's variants (target_kl stopping,
 # two losses, envpool envs, whose per-sub-env seeding tests/test_envpool.py checks; PPO's plain case stays),
-# TD3 (the off-policy path under DDP is SAC's case: collection, replay, sync, resume) and the populations.
+# TD3 (the off-policy path under DDP is SAC's case: collection, replay, sync, resume), RecurrentPPO and the
+# populations.
 SLOW = {
     "td3",
+    "recurrent_ppo",
     "ppo_target_kl",
     "ppo_two_losses",
     "ppo_envpool",

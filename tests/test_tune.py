@@ -140,6 +140,7 @@ def test_the_best_config_reruns_to_its_trials_result(tmp_path, monkeypatch):
     assert "runs/ppo_cartpole/version_0" in out.stdout  # its own run directory, not the trial's
 
 
+@pytest.mark.slow  # ~29 s; the default suite is at its time budget
 def test_a_killed_worker_leaves_the_study_usable(tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     common = ["tune", "--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--storage", storage]
