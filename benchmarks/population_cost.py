@@ -33,17 +33,26 @@ def timed(fn: Callable[[], object], calls: int, repeats: int) -> float:
     return best
 
 
+def stepped_by_hand(config: str, members: int) -> object:
+    """``config``'s model as a population of ``members`` (1: a run), built, its optimizers stepped by hand
+    (no Trainer)."""
+    import torch
+
+    cls, init, _ = load_config(config)
+    torch.manual_seed(0)
+    model = make_model(cls, init, env={"seed": 1}, population=members)
+    model.build_for_env()
+    optimizers = model.configure_optimizers()
+    model.optimizers = lambda: optimizers
+    model.manual_backward = lambda loss: loss.backward()
+    return model
+
+
 def sac_costs(members: int, calls: int, repeats: int, batch: int = 256) -> dict[str, float]:
     """ms of one SAC update (``batch_update``) and one collection step (``_explore``) of ``members`` members."""
     import torch
 
-    cls, init, _ = load_config("configs/sac/pendulum.yaml")
-    torch.manual_seed(0)
-    model = make_model(cls, init, env={"seed": 1}, population=members)
-    model.build_for_env()
-    opts = model.configure_optimizers()
-    model.optimizers = lambda: opts  # stepped by hand: no Trainer
-    model.manual_backward = lambda loss: loss.backward()
+    model = stepped_by_hand("configs/sac/pendulum.yaml", members)
     lead = (members, batch) if members > 1 else (batch,)  # a population's batch is member-major
     obs, next_obs = torch.randn(*lead, 3), torch.randn(*lead, 3)
     fields = (obs, torch.rand(*lead, 1) * 2 - 1, torch.randn(lead), torch.full(lead, 0.99), torch.zeros(lead), next_obs)
@@ -63,14 +72,8 @@ def ppo_costs(members: int, calls: int, repeats: int, batch: int = 256) -> dict[
     """ms of one PPO minibatch update (``minibatch_update``) of ``members`` members, and of the arithmetic floor."""
     import torch
 
-    cls, init, _ = load_config("configs/ppo/cartpole.yaml")
-    torch.manual_seed(0)
-    model = make_model(cls, init, env={"seed": 1}, population=members)
-    model.build_for_env()
-    opt = model.configure_optimizers()
+    model = stepped_by_hand("configs/ppo/cartpole.yaml", members)
     params = list(model.agent.parameters())
-    model.optimizers = lambda: opt  # stepped by hand: no Trainer
-    model.manual_backward = lambda loss: loss.backward()
     model.clip_gradients = lambda o, gradient_clip_val, gradient_clip_algorithm: torch.nn.utils.clip_grad_norm_(
         params, gradient_clip_val
     )

@@ -293,8 +293,7 @@ def restore_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
             setattr(module, name, type(getattr(module, name))(state[name]))
     module.build_for_env()
     if module.splits_members:  # the file holds every member: this rank's block of them
-        own = slice(module.member_offset, module.member_offset + module.population)
-        members_resized(checkpoint, module.population_size, lambda t: t[own])
+        members_resized(checkpoint, module.population_size, lambda t: t[module.own_members])
     if state.get("replay_buffer") is not None:
         module.experience.load_state_dict(state["replay_buffer"])
 

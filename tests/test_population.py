@@ -623,3 +623,29 @@ def test_sampled_variants_are_drawn_from_each_members_seed():
     assert torch.equal(population.member_hparam("ent_coef"), torch.tensor(ent_coefs))
     with pytest.raises(ConfigError, match="draws each member's value from its seed: set env.seed"):
         population_ppo(population=2, env=EnvConfig("CartPole-v1", num_envs=2), population_variants=spec)
+
+
+def test_split_members_keeps_this_ranks_block_and_unite_gathers_every_rank_back():
+    # What setup does on rank 1 of 2 under DDP (run.population_ddp: split), without the processes:
+    # tests/test_ddp.py (-m slow) runs the real thing.
+    from rl_lightning.callbacks import RLProgressBar
+
+    model = population_ppo(population=4, population_variants={"learning_rate": [1e-3, 2e-3, 3e-3, 4e-3]})
+    model.build_for_env()
+    whole, seeds = {k: v.clone() for k, v in model.state_dict().items()}, model.member_seeds
+    model.split_members(1, 2)
+    assert model.splits_members and (model.population, model.population_size, model.member_offset) == (2, 4, 2)
+    assert model.member_seeds == seeds[2:] and model.agent.size == 2
+    assert all(torch.equal(v, whole[k][2:]) for k, v in model.state_dict().items())
+    assert model.member_hparam("learning_rate").tolist() == pytest.approx([3e-3, 4e-3])
+    assert (model.data_parallel_ranks, model.data_parallel_rank) == (1, 0)  # nothing shared with other ranks
+    bar = RLProgressBar()
+    bar.on_train_start(None, model)
+    assert "x4 members" in bar.train_progress_bar.desc  # every rank's members, not this rank's 2
+
+    rank_0 = {v.data_ptr(): whole[k][:2] for k, v in model.state_dict().items()}  # what rank 0 would send
+    model.gather_members = lambda x: torch.cat([rank_0.get(x.data_ptr(), torch.zeros_like(x)), x])
+    model.unite_members()
+    assert not model.splits_members and model.population == 4 and model.agent.size == 4
+    assert all(torch.equal(v, whole[k]) for k, v in model.state_dict().items())
+    assert model.member_seeds == seeds

@@ -47,6 +47,7 @@ class PopulationMembers:
                     f"{name} does not work with run.population={self.population} (the members would share its "
                     "statistics, noise or priorities); set it false or train the seeds as separate runs.",
                 )
+            # Each member's evaluation return (members split across ranks log gathered means instead).
             self.member_eval_returns = torch.nn.ModuleList(MeanMetric() for _ in range(self.population))
             # Members whose loss or gradients went non-finite: frozen, reported (population_step).
             self.register_buffer("diverged_members", torch.zeros(self.population, dtype=torch.bool))
@@ -70,6 +71,11 @@ class PopulationMembers:
     def data_parallel_rank(self) -> int:
         return 0 if self.splits_members else self.global_rank
 
+    @property
+    def own_members(self) -> slice:
+        """This rank's members' indices in the whole population (all of them unless ``split_members``)."""
+        return slice(self.member_offset, self.member_offset + self.population)
+
     def split_members(self, rank: int, world: int) -> None:
         """Under DDP with ``run.population_ddp: split`` (``setup``, before the envs are built for the members):
         this rank keeps members ``rank * N / world`` to ``(rank + 1) * N / world`` (every member's tensor sliced:
@@ -89,9 +95,8 @@ class PopulationMembers:
             "holds its own members' transitions); set it false or run.population_ddp: replicate.",
         )
         self.population, self.member_offset = local, rank * local
-        own = slice(self.member_offset, self.member_offset + local)
+        own = self.own_members
         self._resize_members(lambda t: t[own].clone(), size)
-        self.member_eval_returns = self.member_eval_returns[own]
         if getattr(self, "_built", False):  # built before the fit (a loaded checkpoint): its experience side too
             self.experience = self.build_experience()
 
@@ -101,7 +106,6 @@ class PopulationMembers:
         if not self.splits_members:
             return
         self._resize_members(self.gather_members, self.population)
-        self.member_eval_returns = torch.nn.ModuleList(MeanMetric() for _ in range(self.population_size))
         self.population, self.member_offset = self.population_size, 0
 
     def _resize_members(self, resize: Callable[[Tensor], Tensor], members: int) -> None:
@@ -149,7 +153,7 @@ class PopulationMembers:
 
     def _own(self, per_member: list[Any]) -> list[Any]:
         """Of a list over every member, this rank's members' (``split_members``)."""
-        return per_member[self.member_offset : self.member_offset + self.population]
+        return per_member[self.own_members]
 
     def make_population(
         self, make: Callable[[], torch.nn.Module], before: Callable[[], Any] | None = None
