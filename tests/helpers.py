@@ -6,6 +6,7 @@ conftest.py), never from each other: tests/test_architecture.py checks it."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import os
 import platform
@@ -340,7 +341,16 @@ GOLDEN_CASES = _golden_cases()
 
 
 def _golden_fingerprint() -> str:
-    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} torch {torch.__version__}"
+    # The CPU model too: two CPUs with the same vector capability (AVX512) still round differently.
+    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {_cpu_model()} torch {torch.__version__}"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
 
 
 def run_golden_case(name: str, callbacks: list[L.Callback] | None = None) -> dict[str, Any]:
@@ -367,10 +377,21 @@ def run_golden_case(name: str, callbacks: list[L.Callback] | None = None) -> dic
     return result
 
 
+def golden_paths(name: str) -> list[Path]:
+    """``tests/golden/<name>.pt`` and the same run recorded on other CPUs (``<name>@<cpu>.pt``)."""
+    return [GOLDEN / f"{name}.pt", *sorted(GOLDEN.glob(f"{name}@*.pt"))]
+
+
+def golden_variant_path(name: str, fingerprint: str) -> Path:
+    """Where this CPU's recording of ``name`` goes (``RL_LIGHTNING_RECORD_GOLDEN=this-cpu``)."""
+    return GOLDEN / f"{name}@{hashlib.sha1(fingerprint.encode()).hexdigest()[:8]}.pt"
+
+
 def assert_matches_golden(name: str, got: dict[str, Any]) -> None:
-    """``got`` equals ``tests/golden/<name>.pt``: exactly on the machine it was recorded on, else within float
-    rounding."""
-    want = torch.load(GOLDEN / f"{name}.pt", weights_only=True)
+    """``got`` equals ``tests/golden/<name>.pt`` or a recording of the same run on this CPU: exactly on a CPU that
+    recorded it, else within float rounding of the first."""
+    recorded = [torch.load(path, weights_only=True) for path in golden_paths(name)]
+    want = next((r for r in recorded if r["fingerprint"] == got["fingerprint"]), recorded[0])
     exact = want["fingerprint"] == got["fingerprint"]
     assert (got["env_steps"], got["global_step"]) == (want["env_steps"], want["global_step"])
     assert len(got["state"]) == len(want["state"]), (got["names"], want["names"])
