@@ -274,7 +274,7 @@ def restore_module_state(module: Any, checkpoint: dict[str, Any]) -> None:
     if module._trainer is not None:
         hparams = dict(module.hparams)
         plain_hyperparameters(hparams, resolved_configs(module))
-        if changes := hyperparameter_changes(checkpoint.get("hyper_parameters", {}), hparams):
+        if changes := hyperparameter_changes(checkpoint.get("hyper_parameters", {}), hparams, module=type(module)):
             rank_zero_warn(
                 f"The checkpoint was trained with other hyperparameters than this {type(module).__name__}'s "
                 f"(checkpoint -> now): {'; '.join(changes)}. Training and evaluation go on with the new ones."
@@ -373,29 +373,42 @@ def plain_hyperparameters(hparams: dict[str, Any], resolved: dict[str, Any]) -> 
 
 
 def hyperparameter_changes(
-    saved: dict[str, Any], current: dict[str, Any], ignored: tuple[str, ...] = ("env.seed",)
+    saved: dict[str, Any],
+    current: dict[str, Any],
+    ignored: tuple[str, ...] = ("env.seed",),
+    module: type | None = None,
 ) -> list[str]:
     """``"name: old -> new"`` for each hyperparameter (nested ones dotted: ``run.total_env_steps``) that
     differs between a checkpoint (or a saved config) and now; ``ignored`` aside (env seeds by default:
-    drawn per run, not chosen)."""
+    drawn per run, not chosen). ``module``: the class whose arguments these are."""
     old, new = _flatten(saved), _flatten(current)
     skip = {*ignored, "_instantiator", "_class_path"}
-    # A config field added since the checkpoint was written, at its default, is how the old code trained.
-    skip |= {k for k, v in new.items() if k not in old and _field_default(k) == (v,)}
+    # An argument or config field added since the checkpoint was written, at its default, is how the
+    # old code trained.
+    skip |= {k for k, v in new.items() if k not in old and _field_default(k, module) == (v,)}
     keys = [k for k in dict.fromkeys([*old, *new]) if k not in skip]
     return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys if old.get(k) != new.get(k)]
 
 
-def _field_default(key: str) -> tuple[Any] | tuple[()]:
-    """``(default,)`` of the ``run`` or ``replay`` config field a dotted key names (``model.run.population_ddp``),
-    ``()`` for any other key."""
-    *_, section, name = ["", *key.split(".")]
-    config = {"run": RunConfig, "replay": ReplayConfig}.get(section)
-    fields = {f.name: f for f in dataclasses.fields(config)} if config else {}
-    if name not in fields:
-        return ()
-    field = fields[name]
-    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+def _field_default(key: str, module: type | None = None) -> tuple[Any] | tuple[()]:
+    """``(default,)`` of the ``run`` or ``replay`` config field a dotted key names (``model.run.population_ddp``)
+    or of ``module``'s argument (``anneal_lr``, ``model.anneal_lr``; its base classes' too: C51 passes
+    DQN's on), ``()`` for any other key."""
+    parts = key.split(".")
+    if parts[0] == "model":
+        parts = parts[1:]
+    if len(parts) == 1 and module is not None:
+        defaults = (inspect.signature(cls.__init__).parameters.get(parts[0]) for cls in module.__mro__)
+        default = next((p.default for p in defaults if p is not None), inspect.Parameter.empty)
+        if default is inspect.Parameter.empty:
+            return ()
+    else:
+        config = {"run": RunConfig, "replay": ReplayConfig}.get(parts[0]) if len(parts) == 2 else None
+        fields = {f.name: f for f in dataclasses.fields(config)} if config else {}
+        if parts[-1] not in fields:
+            return ()
+        field = fields[parts[-1]]
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
     return (list(default) if isinstance(default, tuple) else default,)
 
 

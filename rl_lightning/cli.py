@@ -289,7 +289,8 @@ class RLCLI(LightningCLI):
             reverse=True,
         )
         config = self._plain_config(subcommand)
-        differences = {v: _config_changes(_read_yaml(v / "config.yaml"), config) for v in versions}
+        module = _model_class(config)
+        differences = {v: _config_changes(_read_yaml(v / "config.yaml"), config, module) for v in versions}
 
         def rank(version: Path) -> int:  # same config first, then the same but for the budget (a resume
             changes = differences[version]  # that extends the run), then any, newest first within each
@@ -318,7 +319,12 @@ class RLCLI(LightningCLI):
 
     def _plain_config(self, subcommand: str) -> dict[str, Any]:
         """The config as ``config.yaml`` would hold it."""
-        return yaml.safe_load(self._parser(subcommand).dump(self.config[subcommand], skip_none=False)) or {}
+        parser, config = self._parser(subcommand), self.config[subcommand]
+        try:
+            dumped = parser.dump(config, skip_unset=False)  # jsonargparse >= 4.49's name
+        except (TypeError, ValueError):
+            dumped = parser.dump(config, skip_none=False)
+        return yaml.safe_load(dumped) or {}
 
     def _download(self, url: str) -> Path:
         """A remote checkpoint, downloaded to a temporary file that lives as long as the process, and
@@ -440,7 +446,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _config_changes(saved: dict[str, Any], given: dict[str, Any]) -> list[str]:
+def _config_changes(saved: dict[str, Any], given: dict[str, Any], module: type | None = None) -> list[str]:
     """``"key: saved -> given"`` for what two run configs train differently: the model's arguments (the
     number of evaluation episodes aside) and the seed (a seed drawn at random, ``seed_everything: true``,
     matches any)."""
@@ -450,11 +456,21 @@ def _config_changes(saved: dict[str, Any], given: dict[str, Any]) -> list[str]:
         {"model": _model_arguments(saved.get("model"))},
         {"model": _model_arguments(given.get("model"))},
         ignored=("model.run.eval_episodes",),  # how precisely a run is evaluated, not what it trains
+        module=module,
     )
     seed = given.get("seed_everything")
     if seed not in (True, None) and saved.get("seed_everything") != seed:
         changes.append(f"seed_everything: {saved.get('seed_everything')!r} -> {seed!r}")
     return changes
+
+
+def _model_class(config: dict[str, Any]) -> type | None:
+    """The class a parsed config's ``model.class_path`` names: the parser imported it already (none is
+    imported here)."""
+    model = config.get("model")
+    module, _, name = str(model.get("class_path") if isinstance(model, dict) else "").rpartition(".")
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls if isinstance(cls, type) else None
 
 
 def _model_arguments(model: Any) -> dict[str, Any]:

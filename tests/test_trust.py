@@ -18,7 +18,7 @@ import yaml
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback
 
-from rl_lightning import PPO, EnvConfig, RunConfig
+from rl_lightning import PPO, QRDQN, EnvConfig, RunConfig
 from rl_lightning.callbacks import LastCheckpoint
 from rl_lightning.checkpointing import (
     ReplaySideFileIO,
@@ -196,6 +196,11 @@ def test_a_config_field_added_since_the_checkpoint_is_a_change_only_off_its_defa
     assert hyperparameter_changes(saved, now) == ["model.run.population_ddp: '(absent)' -> 'replicate'"]
     now["model"]["gamma"] = 0.99  # not a config field: absent before is a change
     assert "model.gamma: '(absent)' -> 0.99" in hyperparameter_changes(saved, now)
+    # An argument of the module (or of a base class it passes arguments on to) added since, at its default.
+    assert "model.anneal_lr: '(absent)' -> False" in hyperparameter_changes(saved, {"model": {"anneal_lr": False}})
+    for added in ({"model": {"anneal_lr": False}}, {"anneal_lr": False}):  # CLI config, checkpoint hparams
+        assert not [c for c in hyperparameter_changes(saved, added, module=QRDQN) if "anneal_lr" in c]
+    assert hyperparameter_changes({}, {"anneal_lr": True}, module=QRDQN) == ["anneal_lr: '(absent)' -> True"]
 
 
 # ------------------------------------------------------------------------------- side files
