@@ -6,13 +6,13 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from rl_lightning import DQN, EnvConfig
+from rl_lightning import DQN, QRDQN, EnvConfig
 from rl_lightning.algorithms.dqn import dqn_loss, dqn_target, linear_schedule
 from rl_lightning.networks.q_networks import QNetwork
 from tests.helpers import build, quick_trainer
 
 
-def tiny_dqn(**kw) -> DQN:
+def tiny_dqn(cls: type = DQN, **kw) -> DQN:
     args = dict(
         env=EnvConfig("CartPole-v1", num_envs=2, seed=0),
         total_env_steps=400,
@@ -27,7 +27,7 @@ def tiny_dqn(**kw) -> DQN:
         eval_episodes=2,
     )
     args.update(kw)
-    return build(DQN, **args)
+    return build(cls, **args)
 
 
 def test_double_dqn_target_differs_from_vanilla_and_equals_the_formula():
@@ -120,6 +120,29 @@ def test_target_network_is_updated_only_when_due():
     model.training_step = spy
     quick_trainer().fit(model)
     assert len(copied) > 10 and all(copied)
+
+
+@pytest.mark.parametrize("cls", [DQN, QRDQN])
+def test_anneal_lr_decays_the_learning_rate_linearly_over_the_budget_once_per_phase(cls):
+    # The RL Zoo's lin_ schedules (QR-DQN LunarLander: lin_1.5e-3): SB3 sets the rate before each train()
+    # from the env steps collected so far; here before each phase's updates, the same.
+    model = tiny_dqn(cls, learning_rate=1e-3, anneal_lr=True)
+    seen = []
+    original = model.minibatch_update
+
+    def spy(*args):
+        seen.append((model.env_steps, model.optimizers().param_groups[0]["lr"]))
+        return original(*args)
+
+    model.minibatch_update = spy
+    quick_trainer().fit(model)
+    start = model.hparams.learning_rate
+    assert len({steps for steps, _ in seen}) > 10
+    for steps, lr in seen:
+        assert lr == pytest.approx(start * max(0.0, 1 - steps / 400))  # the last phase may end past it
+    constant = tiny_dqn(learning_rate=1e-3)  # the default: constant
+    quick_trainer().fit(constant)
+    assert constant.optimizers().param_groups[0]["lr"] == 1e-3
 
 
 @pytest.mark.parametrize("kw", [{}, {"double_q": True}, {"prioritized_replay": True}], ids=["dqn", "double", "per"])

@@ -121,6 +121,8 @@ class DQN(RLModule):
         run: Budget (``total_env_steps``) and evaluation rhythm.
         replay: Replay buffer, warm-up and the rhythm of collection phases and gradient steps.
         learning_rate: Adam learning rate.
+        anneal_lr: Decay the learning rate linearly to 0 over ``total_env_steps`` (the RL Zoo's ``lin_``
+            schedules), set once per collection phase.
         gamma: Discount factor, in (0, 1].
         target_network_frequency: Env steps (all ranks) between target-network updates.
         tau: Target update coefficient: 1.0 copies the online network (hard update), smaller values
@@ -157,6 +159,7 @@ class DQN(RLModule):
         run: RunConfig = DEFAULT_RUN,
         replay: ReplayConfig = DQN_REPLAY,
         learning_rate: float = 1e-4,
+        anneal_lr: bool = False,
         gamma: float = 0.99,
         target_network_frequency: int = 10_000,
         tau: float = 1.0,
@@ -242,6 +245,8 @@ class DQN(RLModule):
                 self.start_e, self.end_e, hp.exploration_fraction * self.total_env_steps, self.env_steps
             )
             collected = self.collect_phase(self._explore)
+            if hp.anneal_lr:  # as SB3 sets it, from the env steps collected so far
+                self.anneal_learning_rate(self.optimizers(), self.member_hparam("learning_rate"))
             # Target updates due in the phase just collected (see the module docstring).
             freq = hp.target_network_frequency
             due = self.env_steps // freq - (self.env_steps - collected) // freq
@@ -260,6 +265,8 @@ class DQN(RLModule):
             metrics = {"train/loss": loss_mean, "train/q_values": q_mean, "train/epsilon": self.epsilon}
             if hp.prioritized_replay:
                 metrics["train/beta"] = beta
+            if hp.anneal_lr:
+                metrics["train/learning_rate"] = self.optimizers().param_groups[0]["lr"]
             self.log_training(metrics)
         return loss
 
