@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -521,6 +522,8 @@ def main(args: list[str] | None = None) -> None:
     # `python -m` does (a console script's path starts at its own bin/ directory instead).
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    # Lightning 2.6 on torch 2.13 warns on every fit about its own pytree helper: nothing a user can act on.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     try:
         check_config_files(argv)
         if argv[:1] == ["tune"]:
