@@ -49,7 +49,12 @@ class BatchRenorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.training:
             keepdim = self.running_mean.dim() == 3  # [n, 1, F]
-            batch_mean, batch_var = x.mean(-2, keepdim=keepdim), x.var(-2, keepdim=keepdim)
+            # Sums, not Tensor.mean/var: on CPU torch's var over the batch dimension, and mean's backward,
+            # are several times slower than the two-pass sums (a quarter of CrossQ's update time).
+            rows = x.shape[-2]
+            batch_mean = x.sum(-2, keepdim=True) / rows
+            batch_var = (x - batch_mean).square().sum(-2, keepdim=keepdim) / (rows - 1)  # unbiased
+            batch_mean = batch_mean if keepdim else batch_mean.squeeze(-2)
             running_std = (self.running_var + self.eps).sqrt()
             batch_std = (batch_var + self.eps).sqrt()
             r = (batch_std / running_std).detach().clamp(1 / R_MAX, R_MAX)
@@ -64,7 +69,9 @@ class BatchRenorm(nn.Module):
                 self.steps += 1
         else:
             mean, var = self.running_mean, self.running_var
-        return (x - mean) / (var + self.eps).sqrt() * self.weight + self.bias
+        # (x - mean) / std * weight + bias as one multiply-add over the batch: x * scale + shift.
+        scale = self.weight * (var + self.eps).rsqrt()
+        return torch.addcmul(self.bias - mean * scale, x, scale)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.running_mean.shape)}, momentum={self.momentum}, warmup_steps={self.warmup_steps}"
