@@ -320,11 +320,9 @@ class RLCLI(LightningCLI):
 
     def _plain_config(self, subcommand: str) -> dict[str, Any]:
         """The config as ``config.yaml`` would hold it."""
-        parser, config = self._parser(subcommand), self.config[subcommand]
-        try:
-            dumped = parser.dump(config, skip_unset=False)  # jsonargparse >= 4.49's name
-        except (TypeError, ValueError):
-            dumped = parser.dump(config, skip_none=False)
+        with warnings.catch_warnings():  # jsonargparse >= 4.49 calls skip_none skip_unset (and warns)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            dumped = self._parser(subcommand).dump(self.config[subcommand], skip_none=False)
         return yaml.safe_load(dumped) or {}
 
     def _download(self, url: str) -> Path:
