@@ -385,23 +385,24 @@ def hyperparameter_changes(
     skip = {*ignored, "_instantiator", "_class_path"}
     # An argument or config field added since the checkpoint was written, at its default, is how the
     # old code trained.
-    skip |= {k for k, v in new.items() if k not in old and _field_default(k, module) == (v,)}
+    added = {k: v for k, v in new.items() if k not in old}
+    arguments = constructor_defaults(module) if added and module is not None else {}
+    skip |= {k for k, v in added.items() if _field_default(k, arguments) == (v,)}
     keys = [k for k in dict.fromkeys([*old, *new]) if k not in skip]
     return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys if old.get(k) != new.get(k)]
 
 
-def _field_default(key: str, module: type | None = None) -> tuple[Any] | tuple[()]:
+def _field_default(key: str, arguments: dict[str, Any]) -> tuple[Any] | tuple[()]:
     """``(default,)`` of the ``run`` or ``replay`` config field a dotted key names (``model.run.population_ddp``)
-    or of ``module``'s argument (``anneal_lr``, ``model.anneal_lr``; its base classes' too: C51 passes
-    DQN's on), ``()`` for any other key."""
+    or of the module argument it names (``anneal_lr``, ``model.anneal_lr``; ``arguments``: the module's
+    ``constructor_defaults``), ``()`` for any other key."""
     parts = key.split(".")
     if parts[0] == "model":
         parts = parts[1:]
-    if len(parts) == 1 and module is not None:
-        defaults = (inspect.signature(cls.__init__).parameters.get(parts[0]) for cls in module.__mro__)
-        default = next((p.default for p in defaults if p is not None), inspect.Parameter.empty)
-        if default is inspect.Parameter.empty:
+    if len(parts) == 1:
+        if parts[0] not in arguments:
             return ()
+        default = arguments[parts[0]]
     else:
         config = {"run": RunConfig, "replay": ReplayConfig}.get(parts[0]) if len(parts) == 2 else None
         fields = {f.name: f for f in dataclasses.fields(config)} if config else {}
