@@ -105,6 +105,9 @@ ATARI_MEMORY: dict[str, float] = {
 MINATAR: dict[str, float] = {
     "dqn/minatar_breakout": 10,
     "pqn/minatar_breakout": 10,
+    "c51/minatar_breakout": 10,
+    "qrdqn/minatar_breakout": 10,
+    "rainbow/minatar_breakout": 10,
     "pqn/minatar_asterix": 17,
     "pqn/minatar_freeway": 50,
     "pqn/minatar_seaquest": 20,
