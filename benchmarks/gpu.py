@@ -16,9 +16,10 @@ section that would not fit in the time left is skipped with a note:
    does), ``torch.compile(mode="reduce-overhead")`` (CUDA graphs of the loss) and ``cuda-graph``:
    the whole update as one CUDA graph, as ``cuda_graphs: true`` runs it in fits.
 2. ``graphs``: fits with and without CUDA graphs (``cuda_graphs: true``: each update captured once
-   and replayed) for PPO and DQN on Pong (envpool), A2C on CartPole, SAC and TD3 on HalfCheetah:
-   env-steps/s, gradient steps/s, and per update function the graphs captured, the calls replayed,
-   the calls run eagerly (warm-up) and whether capture failed (then the run fell back to eager).
+   and replayed) for PPO and DQN on Pong (envpool), A2C on CartPole, SAC, TD3, TQC and CrossQ (the
+   zoo's 2048-wide critics) on HalfCheetah: env-steps/s, gradient steps/s, and per update function the
+   graphs captured, the calls replayed, the calls run eagerly (warm-up) and whether capture failed (then
+   the run fell back to eager).
 3. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
    torch-native env on the GPU, and PPO on 1024 torch CartPoles on the GPU to its config's budget,
    without and with CUDA graphs (each vector step and each update one graph).
@@ -76,7 +77,7 @@ SECTION_S = {
     "transfers": 15,
     "update": 90,
     "atari": 150,
-    "graphs": 200,
+    "graphs": 320,
     "pong": 120,
     "torch_envs": 60,
     "cartpole": 80,
@@ -347,6 +348,18 @@ def graph_specs(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         },
         "TD3 HalfCheetah": {
             "config": "configs/td3/halfcheetah.yaml",
+            "model": {"total_env_steps": 4_000 if scale else 300, "learning_starts": 1_000 if scale else 100},
+        },
+        # The zoo's CrossQ setting, whose 2048-wide critics a 2-core CPU cannot train to 300k env steps
+        # in a day (docs/benchmarks.md, "TQC and CrossQ"): its rate here sizes a GPU learning run.
+        "CrossQ HalfCheetah (2048-wide critics)": {
+            "config": "configs/crossq/halfcheetah.yaml",
+            "model": {"total_env_steps": 4_000, "learning_starts": 1_000}
+            if scale
+            else {"total_env_steps": 300, "learning_starts": 100, "critic_hidden_sizes": [64, 64]},
+        },
+        "TQC HalfCheetah": {
+            "config": "configs/tqc/halfcheetah.yaml",
             "model": {"total_env_steps": 4_000 if scale else 300, "learning_starts": 1_000 if scale else 100},
         },
     }

@@ -195,7 +195,13 @@ def test_gpu_script_graph_runs_report_their_update_graphs() -> None:
         "A2C CartPole",
         "SAC HalfCheetah",
         "TD3 HalfCheetah",
+        "CrossQ HalfCheetah (2048-wide critics)",
+        "TQC HalfCheetah",
     }
+    # On the GPU, CrossQ's critics are the config's (the zoo's 2048 wide); the CPU smoke run narrows them.
+    on_gpu = dict(gpu.graph_specs(SimpleNamespace(gpu=True)))
+    assert "critic_hidden_sizes" not in on_gpu["CrossQ HalfCheetah (2048-wide critics), eager"]["model"]
+    assert "[2048, 2048]" in (ROOT / "configs/crossq/halfcheetah.yaml").read_text()
     threads = torch.get_num_threads()
     try:
         r = gpu.fit_worker(specs["A2C CartPole, CUDA graphs"])
