@@ -167,7 +167,9 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: Tensor, first: int | None = None) -> Tensor:
         """``[n, B, out]`` (or ``[first, B, out]``: the first members only)."""
-        weight, bias = self.weight[:first], self.bias[:first]
+        weight, bias = self.weight, self.bias
+        if first is not None:  # a slice even of [:None] costs its backward a zero-filled copy of the gradient
+            weight, bias = weight[:first], bias[:first]
         if x.dim() == 2:
             x = x.expand(len(weight), *x.shape)  # a view: the members read the same rows
         if self.float32 and torch.is_autocast_enabled(x.device.type):
