@@ -62,6 +62,26 @@ def test_ensemble_equals_separate_critics_in_values_and_gradients(n, out_dim):
     torch.testing.assert_close(ens(obs, actions, first=1), q[:1])
 
 
+def test_every_critic_runs_without_slicing_the_weights():
+    """All critics read the stacked weights as they are: a ``[:None]`` slice would add a backward that
+    zero-fills and copies every weight's gradient (SAC's update ran six of them per step); ``first``
+    still slices."""
+
+    def grad_fns(out: torch.Tensor) -> set[str]:
+        seen, stack = set(), [out.grad_fn]
+        while stack:
+            fn = stack.pop()
+            if fn is not None and fn not in seen:
+                seen.add(fn)
+                stack.extend(next_fn for next_fn, _ in fn.next_functions)
+        return {type(fn).__name__ for fn in seen}
+
+    q = QEnsemble(3, 1, (8, 8), n=2)
+    obs, actions = torch.randn(5, 3), torch.randn(5, 1)
+    assert not any(name.startswith("Slice") for name in grad_fns(q(obs, actions).sum()))
+    assert any(name.startswith("Slice") for name in grad_fns(q(obs, actions, first=1).sum()))
+
+
 def test_initialization_is_that_of_separate_critics_drawn_in_the_same_order():
     torch.manual_seed(3)
     ens = QEnsemble(4, 1, (32, 32), n=2)
