@@ -7,6 +7,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py --algos sac,td3 --seeds 0 1 2 --bf16   # + ours in bf16-mixed
     python benchmarks/compare.py --algos sac,tqc,crossq --seeds 0 --env-steps 4000   # throughput only
     python benchmarks/compare.py --algos tqc,crossq --seeds 0 1 2   # vs sb3-contrib
+    python benchmarks/compare.py --algos crossq_mountaincar --seeds 1 2 --kinds sb3   # sb3-contrib's seeds only
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
     python benchmarks/compare.py --algos recurrent_ppo --seeds 0 --env-steps 10240   # LSTM, sb3-contrib: throughput
@@ -284,6 +285,46 @@ SPECS["crossq"] = replace(
     sb3_module="sb3_contrib",
     sb3_kwargs=dict(policy_delay=2, policy_kwargs=dict(net_arch=[256, 256])),
 )
+# The zoo's MountainCarContinuous-v0 entries for CrossQ and TQC (gSDE, 50k env steps): a task where exploration decides,
+# so only many seeds of both libraries tell a defect from luck.
+_MCC_SB3 = dict(
+    learning_rate=7e-4,
+    buffer_size=50_000,
+    train_freq=32,
+    gradient_steps=32,
+    gamma=0.9999,
+    learning_starts=100,
+    use_sde=True,
+    policy_delay=2,
+    policy_kwargs=dict(use_expln=True, log_std_init=-1, net_arch=[64, 64]),
+)
+SPECS["crossq_mountaincar"] = replace(
+    SPECS["crossq"],
+    config="configs/crossq/mountaincarcontinuous.yaml",
+    env_id="MountainCarContinuous-v0",
+    total_env_steps=50_000,
+    eval_every=5_000,
+    threshold=90,
+    sb3_kwargs=_MCC_SB3,
+)
+SPECS["tqc_mountaincar"] = replace(
+    SPECS["crossq_mountaincar"],
+    config="configs/tqc/mountaincarcontinuous.yaml",
+    sb3_algo="TQC",
+    sb3_kwargs=dict(
+        learning_rate=3e-4,
+        buffer_size=50_000,
+        batch_size=512,
+        ent_coef=0.1,
+        train_freq=32,
+        gradient_steps=32,
+        gamma=0.9999,
+        tau=0.01,
+        learning_starts=0,
+        use_sde=True,
+        policy_kwargs=dict(use_expln=True, log_std_init=-3.67, net_arch=[64, 64]),
+    ),
+)
 
 
 # ------------------------------------------------------------------------------------------ runners
@@ -533,6 +574,12 @@ def main() -> None:
         help="budget of every run instead of the spec's (throughput checks: returns are not comparable then; "
         "TD3's spec has 10k random warm-up steps)",
     )
+    p.add_argument(
+        "--kinds",
+        default="",
+        help=f"comma-separated, from {sorted(RUNNERS)} (default: ours, sb3, and plain for ppo): to add a "
+        "library's seeds to runs already made",
+    )
     p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -544,6 +591,8 @@ def main() -> None:
     for algo in args.algos.split(","):
         spec = SPECS[algo]
         kinds = ["ours"] + (["ours_bf16"] if args.bf16 else []) + ["sb3"] + (["plain"] if algo == "ppo" else [])
+        if args.kinds:
+            kinds = args.kinds.split(",")
         for seed in args.seeds:
             for kind in kinds:  # interleaved: machine drift hits every library alike
                 r = launch(kind, algo, seed, args.threads, args.env_steps)
@@ -571,7 +620,7 @@ def main() -> None:
                 continue
             sps = sps_of[kind]
             ratios = [f"{k.replace('_', ' ')} x{sps_of[k] / sps:.2f}" for k in ("ours", "ours_bf16") if k in sps_of]
-            ratio = f" ({', '.join(ratios)})" if kind in ("sb3", "plain") else ""
+            ratio = f" ({', '.join(ratios)})" if kind in ("sb3", "plain") and ratios else ""
             solves, finals, late = (
                 ", ".join(str(r[key]) for r in rows) for key in ("solve_s", "final_return", "late_mean_return")
             )

@@ -257,6 +257,27 @@ def test_every_compare_spec_names_a_reference_algorithm_and_one_of_our_configs()
         assert (ROOT / spec.config).is_file(), name
 
 
+@pytest.mark.parametrize("name", ["crossq_mountaincar", "tqc_mountaincar"])
+def test_a_mountaincar_spec_gives_sb3_contrib_the_settings_of_our_config(name: str) -> None:
+    """A reference run must have the very hyperparameters of our config (each of its settings stated there)."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        compare = importlib.import_module("compare")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    spec = compare.SPECS[name]
+    ours = yaml.safe_load((ROOT / spec.config).read_text())["model"]["init_args"]
+    assert spec.env_id == ours["env"]["env_id"] and spec.total_env_steps == ours["run"]["total_env_steps"]
+    sb3 = dict(spec.sb3_kwargs)
+    policy = sb3.pop("policy_kwargs")
+    for key, value in sb3.items():
+        assert value == (ours["replay"] if key in ours["replay"] else ours)[key], key
+    assert policy["log_std_init"] == ours["log_std_init"] and policy["net_arch"] == ours["hidden_sizes"]
+    assert policy["net_arch"] == ours.get("critic_hidden_sizes", ours["hidden_sizes"])
+
+
 def test_population_script_fits_a_population_and_a_single_run() -> None:
     """benchmarks/population.py's worker (docs/benchmarks.md's populations table) at a tiny budget."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
