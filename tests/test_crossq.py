@@ -71,7 +71,9 @@ def test_no_targets_adam_betas_and_policy_delay():
     trainer.fit(model)
     assert not any("target" in k for k in model.state_dict())
     actor_opt, critic_opt, alpha_opt = trainer.optimizers
-    assert all(g["betas"] == (0.5, 0.999) for o in trainer.optimizers for g in o.param_groups)
+    # the paper's code and sb3-contrib: b1 = 0.5 for the actor and the critics; the temperature keeps Adam's 0.9
+    assert all(g["betas"] == (0.5, 0.999) for o in (actor_opt, critic_opt) for g in o.param_groups)
+    assert all(g["betas"] == (0.9, 0.999) for g in alpha_opt.param_groups)
     steps = {name: {s["step"].item() for s in o.state.values()} for name, o in (("a", actor_opt), ("c", critic_opt))}
     assert steps["c"] == {model.num_updates} and steps["a"] == {model.num_updates // 2}
     # each critic renorm layer saw one training batch per critic update; the actor's one per actor update

@@ -10,8 +10,9 @@ the actor, the temperature, gSDE, the collection and update rhythm are its) with
   statistics are those of the mixture, and the bootstrap values come from the same forward pass
   (detached) instead of a target network;
 - the actor and the temperature are updated every ``policy_delay`` critic updates;
-- Adam with ``betas = (0.5, 0.999)``; wide critics (``critic_hidden_sizes``; the paper's are 2048
-  wide, sb3-contrib's default 1024).
+- Adam with ``betas = (0.5, 0.999)`` for the actor and the critics (the temperature's keeps Adam's
+  default (0.9, 0.999), as in the paper's code and sb3-contrib); wide critics
+  (``critic_hidden_sizes``; the paper's are 2048 wide, sb3-contrib's default 1024).
 
 Implementation and defaults as in sb3-contrib's ``CrossQ``: the actor samples ``a'`` with its
 running statistics (evaluation mode), ``pi(s)`` for its own update with batch statistics; the critics
@@ -37,7 +38,7 @@ from rl_lightning.networks.continuous import QEnsemble, q_loss
 from rl_lightning.networks.encoders import flat_dim
 from rl_lightning.validation import at_least, mlp_args, non_negative, positive_fraction
 
-ADAM_BETAS = (0.5, 0.999)  # the paper's and sb3-contrib's
+ADAM_BETAS = (0.5, 0.999)  # the paper's and sb3-contrib's, for the actor and the critics
 
 
 class CrossQ(SAC):
@@ -149,7 +150,7 @@ class CrossQ(SAC):
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         optimizers = super().configure_optimizers()
-        for optimizer in optimizers:
+        for optimizer in optimizers[:2]:  # the actor's and the critics'; the temperature's keeps (0.9, 0.999)
             for group in optimizer.param_groups:
                 group["betas"] = ADAM_BETAS
         return optimizers
