@@ -582,6 +582,8 @@ def main() -> None:
     )
     p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if unknown := set(filter(None, args.kinds.split(","))) - set(RUNNERS):
+        p.error(f"--kinds: no runner {sorted(unknown)}; choose from {sorted(RUNNERS)}")
     if args.child:
         kind, algo, seed, threads, env_steps = args.child
         child(kind, algo, int(seed), int(threads), int(env_steps))

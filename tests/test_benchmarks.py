@@ -278,6 +278,13 @@ def test_a_mountaincar_spec_gives_sb3_contrib_the_settings_of_our_config(name: s
     assert policy["net_arch"] == ours.get("critic_hidden_sizes", ours["hidden_sizes"])
 
 
+def test_compare_refuses_an_unknown_kind_in_one_line() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/compare.py"), "--kinds", "sb3,sb4"], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "--kinds: no runner ['sb4']; choose from" in out.stderr.splitlines()[-1]
+
+
 def test_population_script_fits_a_population_and_a_single_run() -> None:
     """benchmarks/population.py's worker (docs/benchmarks.md's populations table) at a tiny budget."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
