@@ -287,17 +287,6 @@ SPECS["crossq"] = replace(
 )
 # The zoo's MountainCarContinuous-v0 entries for CrossQ and TQC (gSDE, 50k env steps): a task where exploration decides,
 # so only many seeds of both libraries tell a defect from luck.
-_MCC_SB3 = dict(
-    learning_rate=7e-4,
-    buffer_size=50_000,
-    train_freq=32,
-    gradient_steps=32,
-    gamma=0.9999,
-    learning_starts=100,
-    use_sde=True,
-    policy_delay=2,
-    policy_kwargs=dict(use_expln=True, log_std_init=-1, net_arch=[64, 64]),
-)
 SPECS["crossq_mountaincar"] = replace(
     SPECS["crossq"],
     config="configs/crossq/mountaincarcontinuous.yaml",
@@ -305,7 +294,17 @@ SPECS["crossq_mountaincar"] = replace(
     total_env_steps=50_000,
     eval_every=5_000,
     threshold=90,
-    sb3_kwargs=_MCC_SB3,
+    sb3_kwargs=dict(
+        learning_rate=7e-4,
+        buffer_size=50_000,
+        train_freq=32,
+        gradient_steps=32,
+        gamma=0.9999,
+        learning_starts=100,
+        use_sde=True,
+        policy_delay=2,
+        policy_kwargs=dict(use_expln=True, log_std_init=-1, net_arch=[64, 64]),
+    ),
 )
 SPECS["tqc_mountaincar"] = replace(
     SPECS["crossq_mountaincar"],

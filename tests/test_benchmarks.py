@@ -16,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("ale_py")
 
 
-def load_gpu_script():
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` as a module."""
     sys.path.insert(0, str(ROOT / "benchmarks"))  # as when the script runs: its helpers sit beside it
     try:
-        return importlib.import_module("gpu")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 
@@ -34,21 +35,13 @@ def test_gpu_script_counts_transfers_on_cpu(tmp_path: Path) -> None:
 
 
 def test_population_cost_script_times_a_sac_update_and_a_collection_step() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        costs = importlib.import_module("population_cost").sac_costs(members=2, calls=1, repeats=1, batch=8)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    costs = benchmark_script("population_cost").sac_costs(members=2, calls=1, repeats=1, batch=8)
     assert set(costs) == {"update_ms", "act_ms"} and all(ms > 0 for ms in costs.values())
 
 
 def test_population_cost_script_times_a_ppo_update_and_its_arithmetic_floor() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        module = importlib.import_module("population_cost")
-        costs = [module.ppo_costs(members=n, calls=1, repeats=1, batch=8) for n in (1, 2)]
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    module = benchmark_script("population_cost")
+    costs = [module.ppo_costs(members=n, calls=1, repeats=1, batch=8) for n in (1, 2)]
     assert all(set(c) == {"update_ms", "floor_ms"} and all(ms > 0 for ms in c.values()) for c in costs)
 
 
@@ -69,7 +62,7 @@ def test_gpu_script_population_section_on_cpu(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_gpu_script_times_the_atari_update(algo: str) -> None:
-    r = load_gpu_script().time_update(algo, batch=4, mode="fp32", device="cpu", iters=1)
+    r = benchmark_script("gpu").time_update(algo, batch=4, mode="fp32", device="cpu", iters=1)
     assert r["us_per_step"] > 0 and r["algo"] == algo
 
 
@@ -82,7 +75,7 @@ def test_gpu_script_fit_worker_reports_steady_state_rates() -> None:
     }
     threads = torch.get_num_threads()
     try:
-        r = load_gpu_script().fit_worker(spec)  # common.fit_worker, as gpu.py imports it
+        r = benchmark_script("gpu").fit_worker(spec)  # common.fit_worker, as gpu.py imports it
     finally:
         torch.set_num_threads(threads)  # the worker sets 1 (it is meant for a fresh process)
     assert r["env_steps"] == 200 and r["grad_steps"] == 100  # one per env step after the random fill
@@ -108,11 +101,7 @@ def test_lightning_overhead_script_pairs_fit_and_plain_steps() -> None:
 
 def test_compare_script_runs_ours_and_the_plain_torch_ppo_on_a_tiny_budget() -> None:
     """benchmarks/compare.py's own-library runners (SB3's is not installed by the dev extra)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        compare = importlib.import_module("compare")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    compare = benchmark_script("compare")
     import dataclasses
 
     spec = dataclasses.replace(compare.SPECS["ppo"], total_env_steps=512, eval_every=256)
@@ -126,11 +115,7 @@ def test_compare_script_runs_ours_and_the_plain_torch_ppo_on_a_tiny_budget() -> 
 
 
 def test_learning_report_gives_mean_and_iqm_with_intervals_and_plots_the_curves(tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        learning = importlib.import_module("learning")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    learning = benchmark_script("learning")
     results = [
         {
             "config": "ppo/hopper",
@@ -153,11 +138,7 @@ def test_learning_report_gives_mean_and_iqm_with_intervals_and_plots_the_curves(
 
 
 def test_make_model_overrides_replace_the_configs_own_values() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        common = importlib.import_module("common")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    common = benchmark_script("common")
     from rl_lightning import C51, DQN, TQC, EnvConfig, RecurrentPPO
 
     init = {"env": EnvConfig(env_id="CartPole-v1"), "learning_rate": 2.5e-4, "run": {"total_env_steps": 500}}
@@ -174,11 +155,7 @@ def test_make_model_overrides_replace_the_configs_own_values() -> None:
 
 
 def test_set_overrides_read_numbers_as_numbers():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        learning = importlib.import_module("learning")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    learning = benchmark_script("learning")
     items = ["learning_rate=3e-4", "hidden_sizes=[64, 64]", "activation=tanh", "anneal_lr=true"]
     parsed = learning.parse_overrides(items)
     assert parsed == {"learning_rate": 3e-4, "hidden_sizes": [64, 64], "activation": "tanh", "anneal_lr": True}
@@ -187,7 +164,7 @@ def test_set_overrides_read_numbers_as_numbers():
 def test_gpu_script_graph_runs_report_their_update_graphs() -> None:
     from types import SimpleNamespace
 
-    gpu = load_gpu_script()
+    gpu = benchmark_script("gpu")
     specs = dict(gpu.graph_specs(SimpleNamespace(gpu=False)))
     assert {name.split(",")[0] for name in specs} == {
         "PPO Pong (envpool)",
@@ -214,11 +191,7 @@ def test_gpu_script_graph_runs_report_their_update_graphs() -> None:
 def test_published_curves_are_read_at_the_runs_env_steps() -> None:
     """The shipped reference curves: the TD3 paper's 10 seeds on Hopper at 300k env steps (their 61st
     evaluation), interpolated between evaluations, and nothing for a config without published curves."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        learning = importlib.import_module("learning")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    learning = benchmark_script("learning")
     paper = next(r for r in learning.REFERENCE_CURVES["td3/hopper"] if r["source"] == "td3_paper")
     assert len(paper["runs"]) == 10 and paper["steps"][60] == 300_000
     at_300k = [run[60] for run in paper["runs"]]
@@ -233,11 +206,7 @@ def test_published_curves_are_read_at_the_runs_env_steps() -> None:
 
 
 def test_update_time_script_runs_each_algorithms_update() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        update_time = importlib.import_module("update_time")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    update_time = benchmark_script("update_time")
     for name in ("sac", "td3", "tqc", "crossq"):
         step = update_time.update_of(name)
         step()
@@ -247,11 +216,7 @@ def test_update_time_script_runs_each_algorithms_update() -> None:
 
 def test_every_compare_spec_names_a_reference_algorithm_and_one_of_our_configs() -> None:
     pytest.importorskip("sb3_contrib", reason="the bench extra (stable-baselines3, sb3-contrib)")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        compare = importlib.import_module("compare")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    compare = benchmark_script("compare")
     for name, spec in compare.SPECS.items():
         assert hasattr(importlib.import_module(spec.sb3_module), spec.sb3_algo), name
         assert (ROOT / spec.config).is_file(), name
@@ -262,11 +227,7 @@ def test_a_mountaincar_spec_gives_sb3_contrib_the_settings_of_our_config(name: s
     """A reference run must have the very hyperparameters of our config (each of its settings stated there)."""
     import yaml
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        compare = importlib.import_module("compare")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    compare = benchmark_script("compare")
     spec = compare.SPECS[name]
     ours = yaml.safe_load((ROOT / spec.config).read_text())["model"]["init_args"]
     assert spec.env_id == ours["env"]["env_id"] and spec.total_env_steps == ours["run"]["total_env_steps"]
@@ -287,11 +248,7 @@ def test_compare_refuses_an_unknown_kind_in_one_line() -> None:
 
 def test_population_script_fits_a_population_and_a_single_run() -> None:
     """benchmarks/population.py's worker (docs/benchmarks.md's populations table) at a tiny budget."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        script = importlib.import_module("population")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    script = benchmark_script("population")
     spec = {"config": "configs/ppo/cartpole.yaml", "total_env_steps": 512, "backend": None, "seed": 1}
     members = script.worker({**spec, "population": 2})
     single = script.worker({**spec, "population": 1})
