@@ -112,6 +112,18 @@ MINATAR: dict[str, float] = {
     "pqn/minatar_freeway": 50,
     "pqn/minatar_seaquest": 20,
     "pqn/minatar_space_invaders": 43,
+    "c51/minatar_asterix": 17,
+    "c51/minatar_freeway": 50,
+    "c51/minatar_seaquest": 20,
+    "c51/minatar_space_invaders": 43,
+    "qrdqn/minatar_asterix": 17,
+    "qrdqn/minatar_freeway": 50,
+    "qrdqn/minatar_seaquest": 20,
+    "qrdqn/minatar_space_invaders": 43,
+    "rainbow/minatar_asterix": 17,
+    "rainbow/minatar_freeway": 50,
+    "rainbow/minatar_seaquest": 20,
+    "rainbow/minatar_space_invaders": 43,
 }
 # TQC and CrossQ (sb3-contrib's) at the SB3 zoo's budgets; thresholds: SAC's on Pendulum, gymnasium's for
 # MountainCarContinuous (90) and LunarLanderContinuous (200). `box2d` extra for LunarLander.
