@@ -7,7 +7,7 @@
     python benchmarks/learning.py --configs sac/halfcheetah --seeds 0 --set total_env_steps=300000
     python benchmarks/learning.py --configs exploration        # PPO, SAC (gSDE), TD3 (OU) on MountainCarContinuous
     python benchmarks/learning.py --configs memory --jobs 1    # RecurrentPPO and PPO without velocities, RepeatFirst
-    python benchmarks/learning.py --configs minatar --seeds 0 --jobs 1  # DQN family on Breakout, PQN on five games
+    python benchmarks/learning.py --configs minatar --seeds 0 --jobs 1  # the DQN family on MinAtar (DQN: Breakout)
     python benchmarks/learning.py --configs tqc/pendulum,crossq/pendulum --jobs 1   # group: tqc_crossq
     python benchmarks/learning.py --configs sac/pendulum --seeds 0 --jobs 1
     python benchmarks/learning.py --configs dqn/cartpole --set double_q=true --set total_env_steps=50000
