@@ -102,28 +102,10 @@ ATARI_MEMORY: dict[str, float] = {
 }
 # MinAtar (Young & Tian 2019; the `minatar` package): thresholds where the paper's DQN curves end, at 5M frames
 # (its README's learning curves, reference_curves.json: training returns, 30 seeds; Breakout levels off at ~10).
+MINATAR_GAMES = {"breakout": 10, "asterix": 17, "freeway": 50, "seaquest": 20, "space_invaders": 43}
 MINATAR: dict[str, float] = {
     "dqn/minatar_breakout": 10,
-    "pqn/minatar_breakout": 10,
-    "c51/minatar_breakout": 10,
-    "qrdqn/minatar_breakout": 10,
-    "rainbow/minatar_breakout": 10,
-    "pqn/minatar_asterix": 17,
-    "pqn/minatar_freeway": 50,
-    "pqn/minatar_seaquest": 20,
-    "pqn/minatar_space_invaders": 43,
-    "c51/minatar_asterix": 17,
-    "c51/minatar_freeway": 50,
-    "c51/minatar_seaquest": 20,
-    "c51/minatar_space_invaders": 43,
-    "qrdqn/minatar_asterix": 17,
-    "qrdqn/minatar_freeway": 50,
-    "qrdqn/minatar_seaquest": 20,
-    "qrdqn/minatar_space_invaders": 43,
-    "rainbow/minatar_asterix": 17,
-    "rainbow/minatar_freeway": 50,
-    "rainbow/minatar_seaquest": 20,
-    "rainbow/minatar_space_invaders": 43,
+    **{f"{algo}/minatar_{game}": t for algo in ("pqn", "c51", "qrdqn", "rainbow") for game, t in MINATAR_GAMES.items()},
 }
 # TQC and CrossQ (sb3-contrib's) at the SB3 zoo's budgets; thresholds: SAC's on Pendulum, gymnasium's for
 # MountainCarContinuous (90) and LunarLanderContinuous (200). `box2d` extra for LunarLander.
