@@ -64,3 +64,26 @@ def test_a_minatar_id_without_minatar_is_refused_naming_the_package(monkeypatch)
     monkeypatch.setattr(gym.envs, "registry", {k: v for k, v in gym.envs.registry.items() if "MinAtar" not in k})
     with pytest.raises(ConfigError, match=r"'MinAtar/Breakout-v1' needs MinAtar: pip install minatar"):
         GymnasiumBackend().check_env_id("MinAtar/Breakout-v1")
+
+
+@pytest.mark.parametrize("algo", ["c51", "qrdqn", "rainbow", "pqn"])
+def test_a_seaquest_config_ends_the_episode_of_a_sub_that_never_dives(algo):
+    """MinAtar Seaquest never ends an episode while the sub stays at the surface; an evaluation of a greedy
+    policy that never dives ran forever. The configs cut episodes at 27,000 steps."""
+    pytest.importorskip("minatar")
+    import yaml
+
+    from rl_lightning.evaluation import make_eval_env
+    from tests.helpers import ROOT
+
+    env = yaml.safe_load((ROOT / f"configs/{algo}/minatar_seaquest.yaml").read_text())["model"]["init_args"]["env"]
+    envs = make_eval_env(EnvConfig(**{**env, "num_envs": 1}), 1)
+    try:
+        envs.reset(seed=0)
+        steps, ended = 0, False
+        while not ended and steps < 30_000:
+            _, _, terminated, truncated, _ = envs.step(np.array([0]))  # no-op: the sub stays at the surface
+            steps, ended = steps + 1, bool(terminated[0] or truncated[0])
+    finally:
+        envs.close()
+    assert truncated[0] and not terminated[0] and steps == 27_000
