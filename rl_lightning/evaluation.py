@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from rl_lightning.envs.make import EnvConfig, episode_stats, eval_env_config, make_vector_env
@@ -19,6 +20,9 @@ from rl_lightning.networks.population import interquartile_mean
 
 # Evaluation episodes use their own seeds, far from any training env's.
 EVAL_SEED_OFFSET = 1_000_000
+# An env with no time limit can play an episode a policy never ends (MinAtar Seaquest's sub idling at the
+# surface): evaluation would never return. Such envs' evaluation episodes are cut at this many steps.
+EVAL_STEP_LIMIT = 100_000
 
 
 def eval_seed_base(env_config: EnvConfig) -> int:
@@ -45,8 +49,10 @@ def play_episodes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Play one episode per seed, all at once in a vector env, with ``act(obs) -> env actions``
     (observations as the env gives them, as a tensor on ``device``). Returns each episode's return and
-    length."""
+    length. In an env with no time limit (``max_episode_steps``) episodes end at ``EVAL_STEP_LIMIT`` steps,
+    with a warning."""
     envs = make_eval_env(env_config, len(seeds))
+    step_limit = EVAL_STEP_LIMIT if getattr(envs, "time_limit", None) is None else None
     try:
         obs, _ = envs.reset(seed=seeds)
         returns, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), dtype=np.int64)
@@ -67,6 +73,14 @@ def play_episodes(
                 use = ended & recorded
                 returns[use], lengths[use] = r[use], ln[use]
             pending &= ~ended
+            if step_limit is not None and (cut := pending & (running_length >= step_limit)).any():
+                returns[cut], lengths[cut] = running_return[cut], running_length[cut]
+                pending &= ~cut
+                rank_zero_warn(
+                    f"Evaluation cut {cut.sum()} episode(s) of {env_config.env_id} at {step_limit:,} steps: the env "
+                    "has no time limit and the policy did not end them. Give it one: env.env_kwargs.max_episode_steps "
+                    "(gymnasium.make's), or gymnasium.wrappers.TimeLimit in env.wrappers."
+                )
             running_return[terminated | truncated] = 0.0
             running_length[terminated | truncated] = 0
         return returns, lengths

@@ -446,6 +446,13 @@ class SlidingCorridor(Corridor):
         return self._obs(), float(action[0]), False, self.t >= 16, {}
 
 
+class Endless(Corridor):
+    """The corridor with no end: neither terminated nor truncated, ever (an env with no time limit)."""
+
+    def step(self, action):
+        return *super().step(action)[:3], False, {}
+
+
 # 16-step episodes end at epoch ends in the resume tests (tests/test_resume.py, tests/test_population_off_policy.py).
 register("test/Corridor-v0", Corridor)
 register("test/SlidingCorridor-v0", SlidingCorridor)

@@ -73,7 +73,8 @@ class EnvBackend(abc.ABC):
     @abc.abstractmethod
     def make(self, config: EnvConfig, build: Build) -> gym.vector.VectorEnv:
         """``build.num_envs`` unseeded sub-envs of ``config.env_id``, ``structured_observation_space`` and
-        ``frame_stack`` set (see ``Build`` for the rest)."""
+        ``frame_stack`` set (see ``Build`` for the rest); ``time_limit`` too where the backend knows it
+        (the sub-envs' ``max_episode_steps``, ``None`` for none)."""
 
     def evaluation_backend(self, render_mode: str | None) -> str:
         """The backend whose env evaluation plays (to render: ``render_mode``); this one by default."""

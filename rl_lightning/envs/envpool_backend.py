@@ -215,6 +215,7 @@ class EnvpoolBackend(EnvBackend):
         envs = EnvpoolVectorEnv(config.env_id, build.num_envs, config.env_kwargs, training=build.training)
         envs.structured_observation_space = envs.single_observation_space
         envs.frame_stack = envs.options["stack_num"] if envs.atari else 1  # envpool stacks Atari frames itself
+        envs.time_limit = envs.pool.spec.config.max_episode_steps
         return envs
 
     def evaluation_backend(self, render_mode: str | None) -> str:

@@ -63,6 +63,7 @@ class GymnasiumBackend(EnvBackend):
         probe = make()  # the errors of a bad config here, in this process; and the space before flattening
         structured = probe.env.observation_space if isinstance(probe, gym.wrappers.FlattenObservation) else None
         frame_stack = _frame_stack(probe)
+        time_limit = probe.spec.max_episode_steps if probe.spec is not None else None  # after the user's wrappers
         probe.close()
         mode = gym.vector.AutoresetMode.SAME_STEP
         if config.vectorization == "async":
@@ -71,6 +72,7 @@ class GymnasiumBackend(EnvBackend):
             envs = gym.vector.SyncVectorEnv([make] * build.num_envs, autoreset_mode=mode)
         envs.structured_observation_space = structured or envs.single_observation_space
         envs.frame_stack = frame_stack
+        envs.time_limit = time_limit
         return envs
 
     def close_after_failure(self, envs: gym.vector.VectorEnv) -> None:
