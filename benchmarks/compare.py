@@ -9,6 +9,7 @@ same budget, same thread count, same evaluation protocol, interleaved in one inv
     python benchmarks/compare.py --algos tqc,crossq --seeds 0 1 2   # vs sb3-contrib
     python benchmarks/compare.py --algos crossq_mountaincar --seeds 1 2 --kinds sb3   # sb3-contrib's seeds only
     python benchmarks/compare.py --algos sac_halfcheetah --seeds 0   # MuJoCo, ~40 min
+    python benchmarks/compare.py --algos sac_halfcheetah,td3_halfcheetah --seeds 0 --env-steps 20000   # throughput
     python benchmarks/compare.py --algos ppo_hopper --seeds 0        # MuJoCo at 1M steps, ~20 min
     python benchmarks/compare.py --algos recurrent_ppo --seeds 0 --env-steps 10240   # LSTM, sb3-contrib: throughput
     python benchmarks/compare.py --algos ppo_halfcheetah,ppo_walker2d --seeds 0   # the zoo's PPO, ~2.5 h
@@ -260,6 +261,14 @@ SPECS: dict[str, Spec] = {
         n_envs=1,
     ),
 }
+# TD3 on HalfCheetah with the zoo's td3.yml MuJoCo settings (learning_starts 10k, noise 0.1; SB3's defaults
+# otherwise, which are also ours: lr 1e-3, batch 256, [400, 300]), beside SAC's.
+SPECS["td3_halfcheetah"] = replace(
+    SPECS["sac_halfcheetah"],
+    config="configs/td3/halfcheetah.yaml",
+    sb3_algo="TD3",
+    sb3_kwargs=dict(learning_starts=10_000, action_noise_std=0.1),
+)
 # The zoo's QR-DQN CartPole (qrdqn.yml) against sb3-contrib's QRDQN: DQN's zoo settings but for the budget,
 # the exploration fraction and the quantiles.
 SPECS["qrdqn"] = replace(
@@ -350,12 +359,13 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
     kwargs = dict(spec.sb3_kwargs)
-    if "action_noise_std" in kwargs:
+    if "action_noise_std" in kwargs:  # independent noise per action dimension, as ours
+        import gymnasium as gym
         import numpy as np
         from stable_baselines3.common.noise import NormalActionNoise
 
-        std = kwargs.pop("action_noise_std")
-        kwargs["action_noise"] = NormalActionNoise(np.zeros(1), std * np.ones(1))
+        std, (dims,) = kwargs.pop("action_noise_std"), gym.spec(spec.env_id).make().action_space.shape
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), std * np.ones(dims))
     for key, value in kwargs.items():
         if isinstance(value, str) and value.startswith("lin_"):
             start = float(value[4:])
