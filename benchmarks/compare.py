@@ -359,13 +359,6 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
     kwargs = dict(spec.sb3_kwargs)
-    if "action_noise_std" in kwargs:  # independent noise per action dimension, as ours
-        import gymnasium as gym
-        import numpy as np
-        from stable_baselines3.common.noise import NormalActionNoise
-
-        std, (dims,) = kwargs.pop("action_noise_std"), gym.spec(spec.env_id).make().action_space.shape
-        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), std * np.ones(dims))
     for key, value in kwargs.items():
         if isinstance(value, str) and value.startswith("lin_"):
             start = float(value[4:])
@@ -375,6 +368,12 @@ def run_sb3(spec: Spec, seed: int) -> dict[str, Any]:
         module, _, name = spec.wrapper.rpartition(".")
         wrapper = getattr(importlib.import_module(module), name)
     env = make_vec_env(spec.env_id, n_envs=spec.n_envs, seed=seed, wrapper_class=wrapper)
+    if "action_noise_std" in kwargs:  # independent noise per action dimension, as ours
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        std, (dims,) = kwargs.pop("action_noise_std"), env.action_space.shape
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), std * np.ones(dims))
     eval_env = make_vec_env(spec.env_id, n_envs=1, seed=seed + 1_000_000, wrapper_class=wrapper)
     if kwargs.pop("normalize", False):  # the zoo's VecNormalize; evaluation with the training statistics, frozen
         env = VecNormalize(env, gamma=kwargs.get("gamma", 0.99))

@@ -104,7 +104,7 @@ ATARI_MEMORY: dict[str, float] = {
 # (its README's learning curves, reference_curves.json: training returns, 30 seeds; Breakout levels off at ~10).
 MINATAR_GAMES = {"breakout": 10, "asterix": 17, "freeway": 50, "seaquest": 20, "space_invaders": 43}
 MINATAR: dict[str, float] = {
-    "dqn/minatar_breakout": 10,
+    "dqn/minatar_breakout": MINATAR_GAMES["breakout"],
     **{f"{algo}/minatar_{game}": t for algo in ("pqn", "c51", "qrdqn", "rainbow") for game, t in MINATAR_GAMES.items()},
 }
 # TQC and CrossQ (sb3-contrib's) at the SB3 zoo's budgets; thresholds: SAC's on Pendulum, gymnasium's for
