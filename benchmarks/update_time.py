@@ -6,6 +6,7 @@ update code without env or Lightning noise.
     python benchmarks/update_time.py                 # sac td3
     python benchmarks/update_time.py --algos sac tqc crossq
     python benchmarks/update_time.py --config configs/tqc/mountaincarcontinuous.yaml
+    python benchmarks/update_time.py --algos sac td3 --bf16   # also under bf16 autocast, as bf16-mixed runs it
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algos", nargs="+", default=["sac", "td3"])
     p.add_argument("--config", default=None, help="time this config's update instead (its batch size)")
+    p.add_argument("--bf16", action="store_true", help="also time it under bf16 autocast (Lightning's bf16-mixed)")
     args = p.parse_args()
     import torch
 
@@ -80,15 +82,28 @@ def main() -> None:
     torch.set_flush_denormal(True)
     for name in [args.config] if args.config else args.algos:
         step = update_of(name, args.config)
-        for _ in range(30):
+        print(f"{name}: {min_time(step):.2f} ms/update (min of 5 x 60)", flush=True)
+        if args.bf16:
+
+            def bf16_step(step: Callable[[], None] = step) -> None:
+                # As Lightning's bf16-mixed: autocast without its weight-cast cache (weights change every step).
+                with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+                    step()
+
+            print(f"{name}, bf16 autocast: {min_time(bf16_step):.2f} ms/update (min of 5 x 60)", flush=True)
+
+
+def min_time(step: Callable[[], None]) -> float:
+    """The minimum over 5 x 60 calls of ``step`` (after 30 to warm up), in ms per call."""
+    for _ in range(30):
+        step()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(60):
             step()
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(60):
-                step()
-            times.append((time.perf_counter() - t0) / 60 * 1e3)
-        print(f"{name}: {min(times):.2f} ms/update (min of 5 x 60)", flush=True)
+        times.append((time.perf_counter() - t0) / 60 * 1e3)
+    return min(times)
 
 
 if __name__ == "__main__":
