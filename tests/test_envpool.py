@@ -179,3 +179,10 @@ def test_without_envpool_the_error_names_the_extra(monkeypatch):
             envs("CartPole-v1")
     finally:
         envpool_backend.envpool_ids.cache_clear()
+
+
+def test_the_envpool_env_carries_its_time_limit():
+    """Evaluation cuts episodes only in envs with no time limit (``time_limit`` None): envpool's have one."""
+    vec = envs("CartPole-v1")
+    assert vec.time_limit == 500
+    vec.close()
