@@ -168,6 +168,33 @@ def test_transitions_are_exact_across_episode_ends_and_wraparound(num_envs, fram
     envs.close()
 
 
+@pytest.mark.parametrize("frame_stack", [1, 4])
+def test_a_buffer_written_with_torch_ops_holds_what_the_numpy_views_write(frame_stack):
+    # On CPU add() writes frames and actions through numpy views of the tensors; on an accelerator with
+    # index_copy_. Forced here onto the tensor path, the same steps must leave the same buffer.
+    env_id = "test/StackedFrames-v0" if frame_stack > 1 else "test/Frames-v0"
+    states = []
+    for tensor_path in (False, True):
+        envs = make_vector_env(EnvConfig(env_id, num_envs=3))
+        buf = ReplayBuffer(
+            60, 3, envs.single_observation_space, envs.single_action_space, frame_stack=frame_stack, seed=0
+        )
+        if tensor_path:
+            buf._frames_np = buf._actions_np = None
+        torch.manual_seed(0)
+        collector = ReplayCollector(envs, buf, torch.device("cpu"), seed=0)
+        collector.collect(collector.random_actions, 50)  # wraps around the 20 rows per sub-env twice
+        states.append(buf.state_dict())
+        envs.close()
+    numpy_path, tensor_path = states
+    assert numpy_path.keys() == tensor_path.keys()
+    for key in numpy_path:
+        if isinstance(numpy_path[key], torch.Tensor):
+            assert torch.equal(numpy_path[key], tensor_path[key]), key
+        else:
+            assert numpy_path[key] == tensor_path[key], key
+
+
 def test_collector_handles_continuous_actions():
     envs = make_vector_env(EnvConfig("Pendulum-v1", num_envs=2))
     buf = ReplayBuffer(1000, 2, envs.single_observation_space, envs.single_action_space, seed=0)

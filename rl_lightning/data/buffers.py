@@ -156,6 +156,14 @@ class ReplayBuffer:
         self.valid = np.zeros(shape, dtype=bool)  # the row starts a stored transition
         # Steps since the episode's first row, capped at frame_stack - 1 (all stack rebuilding needs).
         self.ep_steps = np.zeros(shape, dtype=np.uint8)
+        # add() writes through flat numpy views (on CPU, of the tensors too): a torch op per field costs
+        # several times a numpy one, and add runs once per env step.
+        self._flat = {name: getattr(self, name).reshape(-1) for name in ("rewards", "terminated", "dones", "valid")}
+        self._flat_ep_steps = self.ep_steps.reshape(-1)
+        on_cpu = self.device.type == "cpu"
+        self._frames_np = self._frames.numpy() if on_cpu else None
+        self._actions_np = self._actions.numpy() if on_cpu else None
+        self._tracks_rows = type(self)._rows_changed is not ReplayBuffer._rows_changed
         self.pos = np.zeros(num_envs, dtype=np.int64)  # each stream's head: the current obs row
         self.rows_written = np.zeros(num_envs, dtype=np.int64)
         self.cur_ep_step = np.zeros(num_envs, dtype=np.int64)
@@ -184,35 +192,47 @@ class ReplayBuffer:
         as a host env returns them, or CPU tensors). ``next_obs`` is the true next observation: the
         final one (``infos["final_obs"]``) where the episode ended. ``obs`` must be the previous call's
         ``next_obs`` except after an episode end."""
-        rewards, terminated, truncated = (np.asarray(x) for x in (rewards, terminated, truncated))
-        e, p, k = self._envs, self.pos, self.frame_stack
-        done = np.logical_or(terminated, truncated)
+        terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+        p, k, flat = self.pos, self.frame_stack, self._flat
+        done = terminated | truncated
         # Row p: this step. Row p + 1: the next observation; without an episode end it is also the
         # next head (the next add rewrites the same frame), after one it holds the final
         # observation, is never sampled, and the next episode starts at p + 2.
         p1 = (p + 1) % self.rows
-        idx = torch.from_numpy(np.concatenate([self._base + p, self._base + p1])).to(self.device)
-        self._frames.index_copy_(0, idx[: self.num_envs], self._frame(obs))
-        self._frames.index_copy_(0, idx[self.num_envs :], self._frame(next_obs))
-        self._actions.index_copy_(0, idx[: self.num_envs], actions.to(self.actions.dtype))
-        self.rewards[e, p] = rewards
-        self.terminated[e, p] = terminated
-        self.dones[e, p] = done
-        self.ep_steps[e, p] = np.minimum(self.cur_ep_step, k - 1)
-        self.ep_steps[e, p1] = np.minimum(self.cur_ep_step + 1, k - 1)
-        self.valid[e, p] = True
-        self.valid[e, p1] = False  # a head or a final observation: not a transition
+        row, row1 = self._base + p, self._base + p1
+        if self._frames_np is not None:
+            self._frames_np[row] = self._frame(obs).numpy()
+            self._frames_np[row1] = self._frame(next_obs).numpy()
+            self._actions_np[row] = actions.numpy()
+        else:
+            idx = torch.from_numpy(np.concatenate([row, row1])).to(self.device)
+            self._frames.index_copy_(0, idx[: self.num_envs], self._frame(obs))
+            self._frames.index_copy_(0, idx[self.num_envs :], self._frame(next_obs))
+            self._actions.index_copy_(0, idx[: self.num_envs], actions.to(self.actions.dtype))
+        flat["rewards"][row] = np.asarray(rewards)
+        flat["terminated"][row] = terminated
+        flat["dones"][row] = done
+        if k > 1:
+            self._flat_ep_steps[row] = np.minimum(self.cur_ep_step, k - 1)
+            self._flat_ep_steps[row1] = np.minimum(self.cur_ep_step + 1, k - 1)
+        flat["valid"][row] = True
+        flat["valid"][row1] = False  # a head or a final observation: not a transition
         self.cur_ep_step = np.where(done, 0, self.cur_ep_step + 1)
         self.num_adds += 1
         moved = self._advance(1 + done)
-        self._rows_changed(np.concatenate([p[:, None], p1[:, None], moved], axis=1))
+        if self._tracks_rows:
+            self._rows_changed(np.concatenate([p[:, None], p1[:, None], moved], axis=1))
 
     def _advance(self, by: np.ndarray) -> np.ndarray:
         """Move the heads ``by`` rows, invalidate the rows the move overwrote and return them: the
         new head and, with frame stacks, the oldest rows just past it (their history is gone)."""
         new = (self.pos + by) % self.rows
-        rows = (new[:, None] + np.arange(self.frame_stack)) % self.rows
-        self.valid[self._envs[:, None], rows] = False
+        if self.frame_stack == 1:
+            self._flat["valid"][self._base + new] = False
+            rows = new[:, None]
+        else:
+            rows = (new[:, None] + np.arange(self.frame_stack)) % self.rows
+            self.valid[self._envs[:, None], rows] = False
         self.rows_written += by
         self.pos = new
         return rows
