@@ -158,12 +158,10 @@ class ReplayBuffer:
         self.ep_steps = np.zeros(shape, dtype=np.uint8)
         # add() writes through flat numpy views (on CPU, of the tensors too): a torch op per field costs
         # several times a numpy one, and add runs once per env step.
-        self._flat = {name: getattr(self, name).reshape(-1) for name in ("rewards", "terminated", "dones", "valid")}
-        self._flat_ep_steps = self.ep_steps.reshape(-1)
+        self._flat = {n: getattr(self, n).reshape(-1) for n in ("rewards", "terminated", "dones", "valid", "ep_steps")}
         on_cpu = self.device.type == "cpu"
         self._frames_np = self._frames.numpy() if on_cpu else None
         self._actions_np = self._actions.numpy() if on_cpu else None
-        self._tracks_rows = type(self)._rows_changed is not ReplayBuffer._rows_changed
         self.pos = np.zeros(num_envs, dtype=np.int64)  # each stream's head: the current obs row
         self.rows_written = np.zeros(num_envs, dtype=np.int64)
         self.cur_ep_step = np.zeros(num_envs, dtype=np.int64)
@@ -212,27 +210,22 @@ class ReplayBuffer:
         flat["rewards"][row] = np.asarray(rewards)
         flat["terminated"][row] = terminated
         flat["dones"][row] = done
-        if k > 1:
-            self._flat_ep_steps[row] = np.minimum(self.cur_ep_step, k - 1)
-            self._flat_ep_steps[row1] = np.minimum(self.cur_ep_step + 1, k - 1)
+        if k > 1:  # without frame stacks ep_steps stays 0, its cap
+            flat["ep_steps"][row] = np.minimum(self.cur_ep_step, k - 1)
+            flat["ep_steps"][row1] = np.minimum(self.cur_ep_step + 1, k - 1)
         flat["valid"][row] = True
         flat["valid"][row1] = False  # a head or a final observation: not a transition
         self.cur_ep_step = np.where(done, 0, self.cur_ep_step + 1)
         self.num_adds += 1
         moved = self._advance(1 + done)
-        if self._tracks_rows:
-            self._rows_changed(np.concatenate([p[:, None], p1[:, None], moved], axis=1))
+        self._rows_changed(np.concatenate([p[:, None], p1[:, None], moved], axis=1))
 
     def _advance(self, by: np.ndarray) -> np.ndarray:
         """Move the heads ``by`` rows, invalidate the rows the move overwrote and return them: the
         new head and, with frame stacks, the oldest rows just past it (their history is gone)."""
         new = (self.pos + by) % self.rows
-        if self.frame_stack == 1:
-            self._flat["valid"][self._base + new] = False
-            rows = new[:, None]
-        else:
-            rows = (new[:, None] + np.arange(self.frame_stack)) % self.rows
-            self.valid[self._envs[:, None], rows] = False
+        rows = (new[:, None] + np.arange(self.frame_stack)) % self.rows
+        self._flat["valid"][self._base[:, None] + rows] = False
         self.rows_written += by
         self.pos = new
         return rows
