@@ -11,7 +11,7 @@ from rl_lightning.callbacks import CUDAGraphs
 from rl_lightning.cuda_graphs import GraphedUpdate
 from rl_lightning.errors import ConfigError
 from rl_lightning.optim import make_adam
-from tests.helpers import GOLDEN_CASES, ROOT, TINY_RUN, assert_matches_golden, cli, run_golden_case
+from tests.helpers import GOLDEN_CASES, ROOT, TINY_RUN, assert_matches_golden, run_golden_case
 
 GRAPHED = ["ppo", "a2c", "dqn", "dqn_double_dueling_nstep_per", "sac", "td3", "ddpg"]
 
@@ -69,14 +69,14 @@ def test_capturable_adam_only_on_cuda_and_annealing_writes_a_tensor_learning_rat
     assert opt.param_groups[0]["lr"] is lr and lr.item() == pytest.approx(5e-4)
 
 
-def test_cli_switch_and_preset(tmp_path):
+def test_cli_switch_and_preset(tmp_path, cli_here):
     configs = (
         "--config",
         str(ROOT / "configs/ppo/cartpole.yaml"),
         "--config",
         str(ROOT / "configs/trainer/cudagraphs.yaml"),
     )
-    out = cli("fit", *configs, *TINY_RUN, cwd=tmp_path)
+    out = cli_here("fit", *configs, *TINY_RUN)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cuda_graphs: no CUDA device (this run is on cpu)" in out.stdout + out.stderr
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT
 
 TINY = [
     *("--config", str(ROOT / "configs/ppo/cartpole.yaml")),
@@ -18,8 +18,8 @@ TINY = [
 ]
 
 
-def fit_with(preset: str, tmp_path, *extra: str):
-    out = cli("fit", *TINY, "--config", str(ROOT / f"configs/logger/{preset}.yaml"), *extra, cwd=tmp_path)
+def fit_with(preset: str, tmp_path, cli_here, *extra: str):
+    out = cli_here("fit", *TINY, "--config", str(ROOT / f"configs/logger/{preset}.yaml"), *extra)
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / re.search(r"^Run: (\S+)", out.stdout, re.M).group(1)
     assert (run / "config.yaml").is_file() and (run / "checkpoints/last.ckpt").is_file()
@@ -30,13 +30,13 @@ def test_every_preset_has_a_test():
     assert {p.stem for p in (ROOT / "configs/logger").glob("*.yaml")} == {"tensorboard", "csv", "mlflow", "wandb"}
 
 
-def test_tensorboard(tmp_path):
-    run = fit_with("tensorboard", tmp_path)
+def test_tensorboard(tmp_path, cli_here):
+    run = fit_with("tensorboard", tmp_path, cli_here)
     assert run.parent.name == "ppo_cartpole" and any(run.glob("events.out.tfevents.*"))
 
 
-def test_csv(tmp_path):
-    run = fit_with("csv", tmp_path)
+def test_csv(tmp_path, cli_here):
+    run = fit_with("csv", tmp_path, cli_here)
     assert run.parent.name == "ppo_cartpole"
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert [float(r["val/episode_return"]) for r in rows if r.get("val/episode_return")]

@@ -6,7 +6,7 @@ import lightning as L
 
 from rl_lightning import PPO, EnvConfig
 from rl_lightning.callbacks import RLProgressBar
-from tests.helpers import ROOT, build, cli, quick_trainer
+from tests.helpers import ROOT, build, quick_trainer
 
 
 def test_bar_counts_env_steps_and_shows_returns(capsys):
@@ -34,7 +34,7 @@ def test_bar_counts_env_steps_and_shows_returns(capsys):
     assert "Validation DataLoader 0: 100%" in capsys.readouterr().out
 
 
-def test_cli_shows_it_by_default(tmp_path):
+def test_cli_shows_it_by_default(tmp_path, cli_here):
     # Quiet mode (--trainer.enable_progress_bar false) is what tests/test_cli.py runs with.
     args = [
         "--model.run.total_env_steps",
@@ -44,6 +44,6 @@ def test_cli_shows_it_by_default(tmp_path):
         "--model.run.eval_episodes",
         "1",
     ]
-    out = cli("fit", "--config", str(ROOT / "configs/ppo/cartpole.yaml"), *args, cwd=tmp_path)
+    out = cli_here("fit", "--config", str(ROOT / "configs/ppo/cartpole.yaml"), *args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "512/512 env steps" in out.stdout

@@ -66,9 +66,9 @@ def test_a_bad_search_space_is_refused_before_any_trial(tmp_path, monkeypatch, s
     assert not (tmp_path / "runs").exists()  # no trial ran, no study was created
 
 
-def test_the_cli_reports_a_bad_search_space_in_one_line(tmp_path):
+def test_the_cli_reports_a_bad_search_space_in_one_line(tmp_path, cli_here):
     space = write_space(tmp_path, "learning_rat: {low: 0.1, high: 0.2}")
-    out = cli("tune", "--config", PPO_CARTPOLE, "--space", space, *TINY, cwd=tmp_path)
+    out = cli_here("tune", "--config", PPO_CARTPOLE, "--space", space, *TINY)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     expected = f"rl-lightning: error: --space {space}: learning_rat: PPO has no argument 'learning_rat'."
     assert out.stderr.strip() == expected
@@ -127,13 +127,12 @@ def test_a_pruned_trial_stops_at_its_first_evaluation(tmp_path, monkeypatch):
     assert last["rl_lightning"]["env_steps"] == reported_at < 2048  # the fit stopped there
 
 
-def test_the_best_config_reruns_to_its_trials_result(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_the_best_config_reruns_to_its_trials_result(tmp_path, cli_here):
     argv = ["--config", PPO_CARTPOLE, "--space", write_space(tmp_path, SPACE), "--n_trials", "2", "--pruner", "none"]
     study = tune([*argv, "--study_name", "best", "--sampler_seed", "0", *TINY], fit_trial)
     best_yaml = tmp_path / "runs/tune/best/best.yaml"
     assert best_yaml.is_file() and (tmp_path / "runs/tune/best/history.png").is_file()
-    out = cli("fit", "--config", str(best_yaml), cwd=tmp_path)
+    out = cli_here("fit", "--config", str(best_yaml))
     assert out.returncode == 0, out.stderr[-2000:]
     rerun = float(re.search(r"\(val/episode_return ([-\d.e+]+)\)", out.stdout).group(1))
     assert rerun == pytest.approx(study.best_value)
@@ -181,13 +180,13 @@ def test_storage_passwords_are_never_printed():
     )
 
 
-def test_a_storage_without_its_driver_is_one_line_naming_the_pip_install(tmp_path):
+def test_a_storage_without_its_driver_is_one_line_naming_the_pip_install(tmp_path, cli_here):
     # It was 32 lines: SQLAlchemy's ModuleNotFoundError and Optuna's ImportError, two tracebacks.
     if any(importlib.util.find_spec(m) for m in ("psycopg", "psycopg2")):
         pytest.skip("a PostgreSQL driver is installed")
     url = "postgresql://u:secret@127.0.0.1:1/db"
     space = write_space(tmp_path, SPACE)
-    out = cli("tune", "--config", PPO_CARTPOLE, "--space", space, "--storage", url, *TINY, cwd=tmp_path)
+    out = cli_here("tune", "--config", PPO_CARTPOLE, "--space", space, "--storage", url, *TINY)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
     assert "Traceback" not in out.stderr and "secret" not in out.stderr + out.stdout
@@ -236,12 +235,16 @@ def test_shipped_search_spaces_fit_the_config_beside_them(space):
     assert load_space(space, algorithm_of([str(config)]))
 
 
-def test_seeds_run_as_populations_one_per_worker_and_aggregate_over_members(tmp_path):
+def test_seeds_run_as_populations_one_per_worker_and_aggregate_over_members(tmp_path, monkeypatch, capfd):
     # PPO trains populations: --jobs 2 splits seeds 0-2 into the populations [0, 1] and [2] (a run of its own).
-    out = cli("tune", "--config", PPO_CARTPOLE, "--seeds", "0-2", "--jobs", "2", *TINY[:-2], cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.count("| seed | final | best | run |") == 1  # the workers do not report
-    assert re.search(r"\| final \| 3 \| [-\d.]+ \[[-\d.]+, [-\d.]+\] \|", out.stdout)
+    # The command in this process (a subprocess paid ~7 s of imports); its workers are processes of their own,
+    # so capfd: what they print would show.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    tune(["--config", PPO_CARTPOLE, "--seeds", "0-2", "--jobs", "2", *TINY[:-2], *TWO_EVALUATIONS], fit_trial)
+    out = capfd.readouterr().out
+    assert out.count("| seed | final | best | run |") == 1  # the workers do not report
+    assert re.search(r"\| final \| 3 \| [-\d.]+ \[[-\d.]+, [-\d.]+\] \|", out)
     root = tmp_path / "runs/tune/ppo_cartpole_seeds"
     trials = load(f"sqlite:///{root / 'study.db'}", "ppo_cartpole_seeds").trials
     assert sorted(t.user_attrs.get("seeds", [t.user_attrs.get("seed")]) for t in trials) == [[0, 1], [2]]
@@ -253,9 +256,9 @@ def test_seeds_run_as_populations_one_per_worker_and_aggregate_over_members(tmp_
         assert config["model"]["init_args"]["run"]["population_seeds"] == (seeds if len(seeds) > 1 else [])
     assert (root / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # A longer seed list on the same study runs only the new seeds.
-    out = cli("tune", "--config", PPO_CARTPOLE, "--seeds", "0-3", *TINY[:-2], cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.count("Run: ") == 1 and "| final | 4 |" in out.stdout
+    tune(["--config", PPO_CARTPOLE, "--seeds", "0-3", *TINY[:-2], *TWO_EVALUATIONS], fit_trial)
+    out = capfd.readouterr().out
+    assert out.count("Run: ") == 1 and "| final | 4 |" in out
 
 
 def test_seeds_of_ppo_are_one_population_fit_whose_members_the_report_lists(tmp_path, monkeypatch, capsys):
