@@ -37,9 +37,10 @@ def train_dqn_cartpole(seed: int, config: str = "dqn/cartpole", **overrides) -> 
 
 
 def test_dqn_cartpole_beats_random_on_a_small_budget():
-    # A random policy averages about 22. 20k steps: 20% of the budget, 10k gradient steps.
-    history = train_dqn_cartpole(seed=0, total_env_steps=20_000, env_steps_per_epoch=10_000)
-    assert history[-1][0] >= 20_000
+    # A random policy averages about 22. 12k steps: 12% of the budget, ~5.5k gradient steps (seeds 0 and 1
+    # evaluated 120 and 116 at 11k).
+    history = train_dqn_cartpole(seed=0, total_env_steps=12_000, env_steps_per_epoch=6_000)
+    assert history[-1][0] >= 12_000
     assert max(r for _, r in history) > 80
 
 
