@@ -7,6 +7,13 @@ update code without env or Lightning noise.
     python benchmarks/update_time.py --algos sac tqc crossq
     python benchmarks/update_time.py --config configs/tqc/mountaincarcontinuous.yaml
     python benchmarks/update_time.py --algos sac td3 --bf16   # also under bf16 autocast, as bf16-mixed runs it
+    python benchmarks/update_time.py --algos sac td3 --sb3    # beside SB3's (sb3-contrib's) update, alternated
+
+``--sb3`` times SB3's ``train`` on the same networks and batch size (its replay's ``sample`` returns one fixed
+batch, as ours gets one), ``gradient_steps`` per call as in benchmarks/compare.py's Pendulum spec (TD3: 200
+per call, SAC, TQC and CrossQ: 1), alternating with ours three times; and, with both, the share of each
+update's CPU time in matrix products (``torch.profiler``: ``mm``, ``addmm``, ``bmm``, ``baddbmm``), which
+both libraries compute alike: what is left to make faster.
 """
 
 from __future__ import annotations
@@ -70,11 +77,61 @@ def update_of(name: str, config: str | None = None) -> Callable[[], None]:
     return lambda: model.batch_update(obs, actions, rewards, discounts, terminated, next_obs)
 
 
+# SB3's and sb3-contrib's algorithms with the networks of ``update_of``'s (their defaults are ours otherwise:
+# batch 256; SAC, TQC: 256-256; TD3: 400-300), and compare.py's gradient steps per ``train`` call.
+SB3 = {
+    "sac": ("stable_baselines3", "SAC", {}, 1),
+    "td3": ("stable_baselines3", "TD3", {"policy_kwargs": {"net_arch": [400, 300]}}, 200),
+    "tqc": ("sb3_contrib", "TQC", {}, 1),
+    "crossq": ("sb3_contrib", "CrossQ", {"policy_delay": 2, "policy_kwargs": {"net_arch": [256, 256]}}, 1),
+}
+
+
+def sb3_update_of(name: str) -> tuple[Callable[[], None], int]:
+    """SB3's ``train`` for algorithm ``name`` on Pendulum, its replay sampling one fixed batch of 256; and
+    the gradient steps each call takes."""
+    import importlib
+
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.common.logger import Logger
+
+    module, algo, kwargs, gradient_steps = SB3[name]
+    model = getattr(importlib.import_module(module), algo)("MlpPolicy", "Pendulum-v1", device="cpu", seed=0, **kwargs)
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    env, rng = gym.make("Pendulum-v1"), np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(256):
+        action = rng.uniform(-1.0, 1.0, size=(1, 1)).astype(np.float32)
+        next_obs, reward, terminated, truncated, _ = env.step(2.0 * action[0])
+        model.replay_buffer.add(obs[None], next_obs[None], action, np.array([reward]), np.array([terminated]), [{}])
+        obs = next_obs if not (terminated or truncated) else env.reset()[0]
+    batch = model.replay_buffer.sample(256)
+    model.replay_buffer.sample = lambda *args, **kwargs: batch
+    return lambda: model.train(gradient_steps, batch_size=256), gradient_steps
+
+
+def gemm_share(step: Callable[[], None], calls: int) -> float:
+    """The share of ``calls`` calls' CPU time (self time of every op) spent in matrix products."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            step()
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in events)
+    gemm = sum(
+        e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+    )
+    return gemm / total
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algos", nargs="+", default=["sac", "td3"])
     p.add_argument("--config", default=None, help="time this config's update instead (its batch size)")
     p.add_argument("--bf16", action="store_true", help="also time it under bf16 autocast (Lightning's bf16-mixed)")
+    p.add_argument("--sb3", action="store_true", help="beside SB3's update (sb3-contrib's for tqc, crossq)")
     args = p.parse_args()
     import torch
 
@@ -82,6 +139,9 @@ def main() -> None:
     torch.set_flush_denormal(True)
     for name in [args.config] if args.config else args.algos:
         step = update_of(name, args.config)
+        if args.sb3 and not args.config:
+            compare_with_sb3(name, step)
+            continue
         print(f"{name}: {min_time(step):.2f} ms/update (min of 5 x 60)", flush=True)
         if args.bf16:
 
@@ -93,16 +153,35 @@ def main() -> None:
             print(f"{name}, bf16 autocast: {min_time(bf16_step):.2f} ms/update (min of 5 x 60)", flush=True)
 
 
-def min_time(step: Callable[[], None]) -> float:
-    """The minimum over 5 x 60 calls of ``step`` (after 30 to warm up), in ms per call."""
-    for _ in range(30):
+def compare_with_sb3(name: str, step: Callable[[], None]) -> None:
+    """Ours and SB3's update of ``name``, alternated three times (the minimum of each), and their matrix
+    product shares."""
+    sb3_step, per_call = sb3_update_of(name)
+    ours, theirs = [], []
+    for _ in range(3):
+        ours.append(min_time(step))
+        theirs.append(
+            min_time(sb3_step, repeats=3, calls=max(1, 60 // per_call), warmup=max(1, 30 // per_call)) / per_call
+        )
+    share, sb3_share = gemm_share(step, 20), gemm_share(sb3_step, max(1, 20 // per_call))
+    print(
+        f"{name}: ours {min(ours):.2f} ms/update (matrix products {share:.0%} of the CPU time), SB3 "
+        f"{min(theirs):.2f} ms/update ({sb3_share:.0%}; {per_call} per train call): x{min(theirs) / min(ours):.2f}; "
+        f"per round {', '.join(f'{a:.2f}/{b:.2f}' for a, b in zip(ours, theirs, strict=True))}",
+        flush=True,
+    )
+
+
+def min_time(step: Callable[[], None], repeats: int = 5, calls: int = 60, warmup: int = 30) -> float:
+    """The minimum over ``repeats`` x ``calls`` calls of ``step`` (after ``warmup`` calls), in ms per call."""
+    for _ in range(warmup):
         step()
     times = []
-    for _ in range(5):
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(60):
+        for _ in range(calls):
             step()
-        times.append((time.perf_counter() - t0) / 60 * 1e3)
+        times.append((time.perf_counter() - t0) / calls * 1e3)
     return min(times)
 
 

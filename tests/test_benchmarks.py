@@ -214,6 +214,17 @@ def test_update_time_script_runs_each_algorithms_update() -> None:
     update_time.update_of("tqc", "configs/tqc/mountaincarcontinuous.yaml")()  # a config's settings (batch 512)
 
 
+def test_update_time_script_runs_sb3s_update_on_one_fixed_batch_and_counts_matrix_products() -> None:
+    pytest.importorskip("sb3_contrib", reason="the bench extra (stable-baselines3, sb3-contrib)")
+    update_time = benchmark_script("update_time")
+    step, per_call = update_time.sb3_update_of("sac")
+    step()
+    assert per_call == 1 and update_time.SB3["td3"][3] == 200  # compare.py's TD3 Pendulum: 200 per train call
+    share = update_time.gemm_share(step, 2)
+    assert 0.2 < share < 1.0  # most of a 256-256 update is matrix products
+    assert 0.2 < update_time.gemm_share(update_time.update_of("sac"), 2) < 1.0
+
+
 def test_every_compare_spec_names_a_reference_algorithm_and_one_of_our_configs() -> None:
     pytest.importorskip("sb3_contrib", reason="the bench extra (stable-baselines3, sb3-contrib)")
     compare = benchmark_script("compare")
