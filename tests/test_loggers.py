@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, cli
 
 TINY = [
     *("--config", str(ROOT / "configs/ppo/cartpole.yaml")),
@@ -18,8 +18,11 @@ TINY = [
 ]
 
 
-def fit_with(preset: str, tmp_path, cli_here, *extra: str):
-    out = cli_here("fit", *TINY, "--config", str(ROOT / f"configs/logger/{preset}.yaml"), *extra)
+def fit_with(preset: str, tmp_path, *extra: str, cli_here=None):
+    """A tiny fit with the logger preset: in this process with ``cli_here``, else in a subprocess (the optional
+    loggers, which start their own threads and files)."""
+    args = ("fit", *TINY, "--config", str(ROOT / f"configs/logger/{preset}.yaml"), *extra)
+    out = cli_here(*args) if cli_here is not None else cli(*args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / re.search(r"^Run: (\S+)", out.stdout, re.M).group(1)
     assert (run / "config.yaml").is_file() and (run / "checkpoints/last.ckpt").is_file()
@@ -31,12 +34,12 @@ def test_every_preset_has_a_test():
 
 
 def test_tensorboard(tmp_path, cli_here):
-    run = fit_with("tensorboard", tmp_path, cli_here)
+    run = fit_with("tensorboard", tmp_path, cli_here=cli_here)
     assert run.parent.name == "ppo_cartpole" and any(run.glob("events.out.tfevents.*"))
 
 
 def test_csv(tmp_path, cli_here):
-    run = fit_with("csv", tmp_path, cli_here)
+    run = fit_with("csv", tmp_path, cli_here=cli_here)
     assert run.parent.name == "ppo_cartpole"
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert [float(r["val/episode_return"]) for r in rows if r.get("val/episode_return")]
