@@ -37,6 +37,7 @@ def cli_here(tmp_path, monkeypatch, capsys, caplog):
     warnings raised (a subprocess prints them on stderr)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["rl-lightning"])  # the console script's own (pytest's would warn)
+    monkeypatch.setattr(sys, "path", [*sys.path])  # main puts the working directory first: undone after the test
 
     def run(*args: str) -> subprocess.CompletedProcess:
         capsys.readouterr()
