@@ -195,6 +195,15 @@ def test_a_buffer_written_with_torch_ops_holds_what_the_numpy_views_write(frame_
             assert numpy_path[key] == tensor_path[key], key
 
 
+def test_actions_of_any_float_dtype_are_stored_as_the_buffers():
+    # An actor under bf16 autocast may return bfloat16 actions, which have no numpy dtype: add() casts them.
+    space = gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    buf = ReplayBuffer(16, 1, gym.spaces.Box(-1.0, 1.0, (3,), dtype=np.float32), space, seed=0)
+    actions = torch.tensor([[0.5, -0.25]], dtype=torch.bfloat16)
+    buf.add(torch.zeros(1, 3), actions, np.zeros(1), torch.ones(1, 3), np.zeros(1, bool), np.zeros(1, bool))
+    assert buf.actions.dtype == torch.float32 and torch.equal(buf.actions[0, 0], actions[0].float())
+
+
 def test_collector_handles_continuous_actions():
     envs = make_vector_env(EnvConfig("Pendulum-v1", num_envs=2))
     buf = ReplayBuffer(1000, 2, envs.single_observation_space, envs.single_action_space, seed=0)

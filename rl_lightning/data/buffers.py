@@ -201,7 +201,7 @@ class ReplayBuffer:
         if self._frames_np is not None:
             self._frames_np[row] = self._frame(obs).numpy()
             self._frames_np[row1] = self._frame(next_obs).numpy()
-            self._actions_np[row] = actions.numpy()
+            self._actions_np[row] = actions.to(self._actions.dtype).numpy()  # bfloat16 has no numpy dtype
         else:
             idx = torch.from_numpy(np.concatenate([row, row1])).to(self.device)
             self._frames.index_copy_(0, idx[: self.num_envs], self._frame(obs))
