@@ -219,7 +219,14 @@ def test_update_time_script_runs_sb3s_update_on_one_fixed_batch_and_counts_matri
     update_time = benchmark_script("update_time")
     step, per_call = update_time.sb3_update_of("sac")
     step()
-    assert per_call == 1 and update_time.SB3["td3"][3] == 200  # compare.py's TD3 Pendulum: 200 per train call
+    assert per_call == 1
+    # Its SB3 settings repeat compare.py's Pendulum specs (a script imports no other script): they must agree.
+    compare = benchmark_script("compare")
+    for name, (module, algo, kwargs, gradient_steps) in update_time.SB3.items():
+        spec = compare.SPECS[name]
+        assert (spec.sb3_module, spec.sb3_algo) == (module, algo)
+        assert spec.sb3_kwargs.get("gradient_steps", 1) == gradient_steps
+        assert {k: spec.sb3_kwargs[k] for k in kwargs} == kwargs
     share = update_time.gemm_share(step, 2)
     assert 0.2 < share < 1.0  # most of a 256-256 update is matrix products
     assert 0.2 < update_time.gemm_share(update_time.update_of("sac"), 2) < 1.0
