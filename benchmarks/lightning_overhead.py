@@ -11,9 +11,13 @@ logging). Right after each, a callback runs the same 20 updates in a plain torch
 ``minibatch_loss``, optimizer class and clipping) and times them. Pairing the two in time cancels
 the VM's drift; the overhead per optimizer step is the median of ``(fit - plain) / 20``.
 
-Two setups: a bare Trainer, and what ``rl-lightning fit`` runs (TensorBoard every 10 training
-steps, best and last checkpoints, the progress bar). A third, untimed run wraps Lightning's hook
-dispatch to attribute time to the hooks it calls on every optimizer step.
+Three setups: a bare Trainer, where ``gradient_step`` runs in plain torch (nothing listens to Lightning's
+hooks around backward and the step: ``rl_lightning.algorithms.base.lightning_steps_needed``); the same
+forced through Lightning's ``manual_backward`` and ``LightningOptimizer.step`` (as a callback that
+overrides those hooks, DDP or mixed precision make it); and what ``rl-lightning fit`` runs (TensorBoard
+every 10 training steps, best and last checkpoints, the progress bar). A fourth, untimed run of the
+CLI's setup through Lightning's path wraps Lightning's hook dispatch to attribute time to the hooks it
+calls on every optimizer step.
 """
 
 from __future__ import annotations
@@ -91,7 +95,9 @@ class PairedClock(L.Callback):
         return time.perf_counter() - t0
 
 
-def measure(rollouts: int, log_dir: str | None, cli_callbacks: bool) -> tuple[list[float], list[float]]:
+def measure(
+    rollouts: int, log_dir: str | None, cli_callbacks: bool, lightning_steps: bool = False
+) -> tuple[list[float], list[float]]:
     """Per-rollout seconds of ``rollouts`` paired fit and plain training steps."""
     L.seed_everything(0, verbose=False)
     model = FixedRolloutPPO(
@@ -100,7 +106,7 @@ def measure(rollouts: int, log_dir: str | None, cli_callbacks: bool) -> tuple[li
     model.build_for_env()  # the networks exist before the plain loop's optimizer
     clock = PairedClock(model)
     logger = L.pytorch.loggers.TensorBoardLogger(log_dir, name="overhead") if log_dir else False
-    callbacks: list[L.Callback] = [clock]
+    callbacks: list[L.Callback] = [clock, *([LightningSteps()] if lightning_steps else [])]
     if cli_callbacks:  # what `rl-lightning fit` adds (rl_lightning/cli.py)
         callbacks += [ModelCheckpoint(monitor="val/episode_return", mode="max"), LastCheckpoint(), RLProgressBar()]
     trainer = L.Trainer(
@@ -122,6 +128,13 @@ def measure(rollouts: int, log_dir: str | None, cli_callbacks: bool) -> tuple[li
         trainer.fit(model)
     assert len(clock.fit_s) == rollouts, len(clock.fit_s)
     return clock.fit_s, clock.plain_s
+
+
+class LightningSteps(L.Callback):
+    """Sends every ``gradient_step`` through Lightning's ``manual_backward`` and ``LightningOptimizer.step``."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        pl_module.plain_steps = False
 
 
 class HookTimer:
@@ -167,11 +180,12 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as log_dir:
         runs = (
-            ("no logger, no callbacks", None, False),
-            ("TensorBoard every 10 training steps, the CLI's callbacks", log_dir, True),
+            ("no logger, no callbacks", None, False, False),
+            ("the same through Lightning's manual_backward and step", None, False, True),
+            ("TensorBoard every 10 training steps, the CLI's callbacks", log_dir, True, False),
         )
-        for name, logs, cli_callbacks in runs:
-            fit_s, plain_s = measure(args.rollouts, logs, cli_callbacks)
+        for name, logs, cli_callbacks, lightning_steps in runs:
+            fit_s, plain_s = measure(args.rollouts, logs, cli_callbacks, lightning_steps)
             diff = [(f - p) / updates * 1e6 for f, p in zip(fit_s, plain_s, strict=True)]
             q1, median, q3 = statistics.quantiles(diff, n=4)
             print(
@@ -180,7 +194,7 @@ def main() -> None:
                 f"[{q1:.0f}, {q3:.0f}]"
             )
         with HookTimer() as hooks:
-            measure(args.rollouts, log_dir, True)
+            measure(args.rollouts, log_dir, True, lightning_steps=True)
     optimizer_steps = (args.rollouts + 1) * updates
     per_step = {
         hook: hooks.seconds[hook] / optimizer_steps * 1e6
@@ -188,7 +202,8 @@ def main() -> None:
         if hooks.calls[hook] >= optimizer_steps
     }
     print(
-        "of which the hooks Lightning dispatches on every optimizer step (callbacks and module, CLI's callbacks): "
+        "of which the hooks Lightning dispatches on every optimizer step on its path (callbacks and module, CLI's "
+        "callbacks): "
         + ", ".join(f"{hook} {us:.0f} us" for hook, us in per_step.items())
         + f"; {sum(per_step.values()):.0f} us in all"
     )

@@ -96,9 +96,9 @@ class GraphedUpdate:
 
 class UpdateGraphs:
     """The CUDA graphs of one module's updates (``cuda_graphs: true``): each update function captured once
-    per input shapes and replayed (``run``), its optimizer steps in plain torch (``gradient_step``:
+    per input shapes and replayed (``run``), its optimizer steps in plain torch (``RLModule.gradient_step``:
     Lightning's hooks around backward and the step are Python and could not run on a replay), and the
-    optimizers each update steps remembered so that Lightning still counts them on replays.
+    optimizers each update steps remembered (``stepped``) so that Lightning still counts them on replays.
 
     ``RLModule`` composes one; an algorithm reaches it through ``run_update`` and ``gradient_step``."""
 
@@ -128,12 +128,7 @@ class UpdateGraphs:
             optimizer._on_after_step()
         return out
 
-    def gradient_step(self, optimizer: Any, loss: Tensor, max_grad_norm: float | None) -> None:
-        """``zero_grad``, backward, gradient-norm clipping and the step of the wrapped torch optimizer."""
-        optimizer.zero_grad()
-        loss.backward()
-        if max_grad_norm is not None:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        optimizer.optimizer.step()
+    def stepped(self, optimizer: Any) -> None:
+        """Note that the running update stepped ``optimizer`` (a LightningOptimizer), in plain torch
+        (``RLModule.gradient_step``), so that Lightning counts that step on each replay."""
         self._stepped.append(optimizer)

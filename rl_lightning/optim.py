@@ -48,3 +48,14 @@ def anneal_linearly(optimizer: torch.optim.Optimizer, start: float | Tensor, dur
             group["lr"].fill_(lr)
         else:
             group["lr"] = lr
+
+
+def plain_gradient_step(optimizer: torch.optim.Optimizer, loss: Tensor, max_grad_norm: float | None) -> None:
+    """``zero_grad``, backward, gradient-norm clipping and the step: what Lightning's ``manual_backward``,
+    ``clip_gradients`` and ``LightningOptimizer.step`` compute in full precision on one device, without
+    their hooks."""
+    optimizer.zero_grad()
+    loss.backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], max_grad_norm)
+    optimizer.step()

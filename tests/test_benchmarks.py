@@ -93,7 +93,7 @@ def test_lightning_overhead_script_pairs_fit_and_plain_steps() -> None:
         text=True,
         timeout=300,
     ).stdout
-    assert out.count("Lightning's overhead") == 2
+    assert out.count("Lightning's overhead") == 3
     hooks = next(line for line in out.splitlines() if line.startswith("of which the hooks"))
     for hook in ("on_before_backward", "on_after_backward", "on_before_optimizer_step"):
         assert hook in hooks  # dispatched once per optimizer step, so counted

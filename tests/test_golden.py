@@ -21,11 +21,16 @@ Add this CPU's recording of the current goldens (only on a commit whose code com
     RL_LIGHTNING_RECORD_GOLDEN=this-cpu pytest tests/test_golden.py
 """
 
+import collections
 import os
+from typing import Any
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.strategies import SingleDeviceStrategy
 
+from rl_lightning.algorithms.base import STEP_HOOKS
 from tests.helpers import (
     GOLDEN,
     GOLDEN_CASES,
@@ -50,4 +55,42 @@ def test_results_match_the_recorded_goldens(name):
     if RECORD == "this-cpu":
         torch.save(got, golden_variant_path(name, got["fingerprint"]))
         pytest.skip(f"recorded {name} for {got['fingerprint']}")
+    assert_matches_golden(name, got)
+
+
+class StepHookCounter(L.Callback):
+    """Counts Lightning's hooks around backward and the optimizer step."""
+
+    def __init__(self) -> None:
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        self.calls["on_before_backward"] += 1
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.calls["on_after_backward"] += 1
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        self.calls["on_before_optimizer_step"] += 1
+
+
+@pytest.mark.parametrize("name", ["sac", "qrdqn", "ppo"])
+def test_gradient_steps_compute_the_goldens_with_and_without_lightnings_hooks(name, monkeypatch):
+    # Where nothing overrides Lightning's hooks around backward and the step (the goldens' fits), gradient_step
+    # runs in plain torch, never through Lightning's manual_backward; a callback that overrides them gets each
+    # on every optimizer step. Both compute the golden, optimizer steps (global_step) counted alike.
+    backwards = []
+    lightning_backward = SingleDeviceStrategy.backward
+    monkeypatch.setattr(
+        SingleDeviceStrategy, "backward", lambda self, *a, **k: backwards.append(1) or lightning_backward(self, *a, **k)
+    )
+    got = run_golden_case(name)
+    assert backwards == []
+    assert_matches_golden(name, got)
+
+    counter = StepHookCounter()
+    got = run_golden_case(name, callbacks=[counter])
+    steps = got["global_step"]
+    assert len(backwards) == steps > 0
+    assert counter.calls == dict.fromkeys(STEP_HOOKS, steps)
     assert_matches_golden(name, got)
