@@ -94,6 +94,14 @@ class GraphedUpdate:
         self.captures += 1
 
 
+def count_step(optimizer: Any) -> None:
+    """Count a step of ``optimizer`` (a LightningOptimizer) taken in plain torch, as Lightning counts its own
+    (``global_step``): in these hooks of LightningOptimizer, for want of a public API to count a step it did
+    not run. tests/test_lightning_private.py checks them."""
+    optimizer._on_before_step()
+    optimizer._on_after_step()
+
+
 class UpdateGraphs:
     """The CUDA graphs of one module's updates (``cuda_graphs: true``): each update function captured once
     per input shapes and replayed (``run``), its optimizer steps in plain torch (``RLModule.gradient_step``:
@@ -122,10 +130,7 @@ class UpdateGraphs:
         if graphed.replays == replays:  # the update's Python ran: it named the optimizers it steps
             self._steps_of[graphed.name] = self._stepped
         for optimizer in self._steps_of[graphed.name]:
-            # Lightning counts optimizer steps (global_step) in these hooks of LightningOptimizer; it has
-            # no public API to count a step it did not run. tests/test_lightning_private.py checks them.
-            optimizer._on_before_step()
-            optimizer._on_after_step()
+            count_step(optimizer)
         return out
 
     def stepped(self, optimizer: Any) -> None:

@@ -30,7 +30,8 @@ import pytest
 import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
-from rl_lightning.algorithms.base import STEP_HOOKS
+from rl_lightning import PPO
+from rl_lightning.algorithms.base import STEP_HOOKS, lightning_steps_needed
 from tests.helpers import (
     GOLDEN,
     GOLDEN_CASES,
@@ -94,3 +95,22 @@ def test_gradient_steps_compute_the_goldens_with_and_without_lightnings_hooks(na
     assert len(backwards) == steps > 0
     assert counter.calls == dict.fromkeys(STEP_HOOKS, steps)
     assert_matches_golden(name, got)
+
+
+def test_lightning_steps_are_kept_where_a_strategy_plugin_profiler_or_hook_needs_them():
+    # What gradient_step's plain path may not skip: DDP's gradient sync, a precision plugin's scaling, a profiler's
+    # timings of the hooks and the step, and any hook a callback or the module overrides.
+    class Listening(PPO):
+        def on_after_backward(self) -> None:
+            pass
+
+    def needed(module: L.LightningModule | None = None, **trainer_kwargs: Any) -> bool:
+        trainer = L.Trainer(logger=False, accelerator="cpu", **trainer_kwargs)
+        return lightning_steps_needed(trainer, module or PPO())
+
+    assert not needed()
+    assert needed(strategy="ddp", devices=2)
+    assert needed(precision="bf16-mixed")
+    assert needed(profiler="simple")
+    assert needed(callbacks=[StepHookCounter()])
+    assert needed(Listening())

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
@@ -57,7 +58,7 @@ from rl_lightning.config import (
     resolve_config,
     use_torch_threads,
 )
-from rl_lightning.cuda_graphs import UpdateGraphs
+from rl_lightning.cuda_graphs import UpdateGraphs, count_step
 from rl_lightning.data.dataset import StepPacer
 from rl_lightning.data.experience import ExperienceSide, collect_from
 from rl_lightning.data.rollout import Policy, Rollout
@@ -320,18 +321,14 @@ class RLModule(PopulationMembers, L.LightningModule):
         """One optimizer step in manual optimization, the documented way (``zero_grad``,
         ``manual_backward``, ``clip_gradients``, ``step``), so precision plugins and DDP apply; with CUDA
         graphs, the same in plain torch (Lightning's Python hooks could not run on a graph's replays), and so
-        where nothing needs Lightning's path (``lightning_steps_needed``): its hooks and plumbing cost ~0.2-0.4 ms
-        per optimizer step, ~4 % of a SAC or QR-DQN fit."""
-        if self.graphs.enabled or self.plain_steps:
+        where nothing needs Lightning's path (``lightning_steps_needed``): its hooks and plumbing cost ~0.3-0.5 ms
+        per optimizer step (``benchmarks/lightning_overhead.py``), ~4 % of a SAC or QR-DQN fit."""
+        if self.graphs.enabled:
             plain_gradient_step(optimizer.optimizer, loss, max_grad_norm)
-            if self.graphs.enabled:
-                self.graphs.stepped(optimizer)  # counted on every replay
-            else:
-                # Lightning counts optimizer steps (global_step) in these hooks of LightningOptimizer; it has no
-                # public API to count a step it did not run. tests/test_lightning_private.py checks them.
-                optimizer._on_before_step()
-                optimizer._on_after_step()
-            return
+            return self.graphs.stepped(optimizer)  # counted on every replay
+        if self.plain_steps:
+            plain_gradient_step(optimizer.optimizer, loss, max_grad_norm)
+            return count_step(optimizer)
         optimizer.zero_grad()
         self.manual_backward(loss)
         if max_grad_norm is not None:
@@ -424,7 +421,8 @@ STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_st
 def lightning_steps_needed(trainer: L.Trainer, module: L.LightningModule) -> bool:
     """Whether ``gradient_step`` must run through Lightning's ``manual_backward`` and ``LightningOptimizer.step``:
     under a strategy other than one device's (DDP syncs gradients there), a precision plugin other than full
-    precision (loss scaling, ...), or where a callback or the module overrides a hook Lightning calls there."""
+    precision (loss scaling, ...), a profiler (which times those hooks and the step), or where a callback or the
+    module overrides a hook Lightning calls there."""
 
     def overrides(obj: Any, base: type, names: tuple[str, ...]) -> bool:
         return any(getattr(type(obj), name) is not getattr(base, name) for name in names)
@@ -432,6 +430,7 @@ def lightning_steps_needed(trainer: L.Trainer, module: L.LightningModule) -> boo
     return (
         type(trainer.strategy) is not SingleDeviceStrategy
         or type(trainer.precision_plugin) is not Precision
+        or not isinstance(trainer.profiler, PassThroughProfiler)
         or overrides(module, L.LightningModule, (*STEP_HOOKS, "backward"))
         or any(overrides(callback, Callback, STEP_HOOKS) for callback in trainer.callbacks)
     )
