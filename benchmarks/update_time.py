@@ -8,21 +8,30 @@ update code without env or Lightning noise.
     python benchmarks/update_time.py --config configs/tqc/mountaincarcontinuous.yaml
     python benchmarks/update_time.py --algos sac td3 --bf16   # also under bf16 autocast, as bf16-mixed runs it
     python benchmarks/update_time.py --algos sac td3 --sb3    # beside SB3's (sb3-contrib's) update, alternated
+    python benchmarks/update_time.py --algos sac --sb3 --in-fit 3000   # each update timed inside a fit, both
 
 ``--sb3`` times SB3's ``train`` on the same networks and batch size (its replay's ``sample`` returns one fixed
 batch, as ours gets one), ``gradient_steps`` per call as in benchmarks/compare.py's Pendulum spec (TD3: 200
 per call, SAC, TQC and CrossQ: 1), alternating with ours three times; and, with both, the share of each
 update's CPU time in matrix products (``torch.profiler``: ``mm``, ``addmm``, ``bmm``, ``baddbmm``), which
 both libraries compute alike: what is left to make faster.
+
+``--in-fit N`` times the updates where a fit runs them instead: a fit of N env steps of the algorithm's
+Pendulum config (``configs/<algo>/pendulum.yaml``, as ``benchmarks/compare.py`` fits it) with every update
+timed (its replay sampling included, as SB3's ``train`` samples inside), and with ``--sb3`` SB3's ``learn``
+on the same env steps with every ``train`` call timed; the median over the last three quarters of the
+updates, each library in a fresh process, ours first. The fixed batch's minimum above is a best case; this is
+what a fit's updates cost on the same host at the same time.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 
-from common import load_config, make_model  # also puts this checkout first on sys.path
+from common import child_env, child_result, load_config, make_model  # also puts this checkout first on sys.path
 
 
 def update_of(name: str, config: str | None = None) -> Callable[[], None]:
@@ -111,6 +120,42 @@ def sb3_update_of(name: str) -> tuple[Callable[[], None], int]:
     return lambda: model.train(gradient_steps, batch_size=256), gradient_steps
 
 
+def in_fit_update_ms(name: str, library: str, env_steps: int) -> float:
+    """The median time of an update (SB3: of a ``train`` call per gradient step) over the last three quarters
+    of the updates of a Pendulum fit of ``env_steps`` env steps, in ms; ``library`` "ours" or "sb3"."""
+    import statistics
+
+    times: list[float] = []
+
+    def timed(method: Callable[..., object], per_call: int = 1) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            t0 = time.perf_counter()
+            out = method(*args, **kwargs)
+            times.append((time.perf_counter() - t0) * 1e3 / per_call)
+            return out
+
+        return wrapper
+
+    if library == "ours":
+        from common import fit_config
+
+        from rl_lightning import SAC, TQC, CrossQ
+        from rl_lightning.data.replay import Replay
+
+        cls = {"sac": SAC, "tqc": TQC, "crossq": CrossQ}[name]
+        cls.update, Replay.sample = timed(cls.update), timed(Replay.sample)  # sampling counted with its update
+        fit_config(f"configs/{name}/pendulum.yaml", 0, total_env_steps=env_steps, env_steps_per_epoch=env_steps)
+        times = [a + b for a, b in zip(times[::2], times[1::2], strict=True)]  # sample, then its update
+    else:
+        import importlib
+
+        module, algo, kwargs, gradient_steps = SB3[name]
+        cls = getattr(importlib.import_module(module), algo)
+        cls.train = timed(cls.train, gradient_steps)
+        cls("MlpPolicy", "Pendulum-v1", device="cpu", seed=0, **kwargs).learn(env_steps)
+    return statistics.median(times[len(times) // 4 :])
+
+
 def gemm_share(step: Callable[[], None], calls: int) -> float:
     """The share of ``calls`` calls' CPU time (self time of every op) spent in matrix products."""
     from torch.profiler import ProfilerActivity, profile
@@ -132,7 +177,29 @@ def main() -> None:
     p.add_argument("--config", default=None, help="time this config's update instead (its batch size)")
     p.add_argument("--bf16", action="store_true", help="also time it under bf16 autocast (Lightning's bf16-mixed)")
     p.add_argument("--sb3", action="store_true", help="beside SB3's update (sb3-contrib's for tqc, crossq)")
+    p.add_argument("--in-fit", type=int, default=0, metavar="N", help="time the updates of a fit of N env steps")
+    p.add_argument("--in-fit-worker", nargs=3, help=argparse.SUPPRESS)  # name library env_steps: one fit
     args = p.parse_args()
+    if args.in_fit_worker:
+        name, library, env_steps = args.in_fit_worker
+        import torch
+
+        torch.set_num_threads(1)
+        print(in_fit_update_ms(name, library, int(env_steps)))
+        return
+    if args.in_fit:
+        if "td3" in args.algos:  # its zoo settings update 200 times per 200 env steps, SB3's train per env step
+            p.error("--in-fit times sac, tqc and crossq (one update per env step in both libraries' settings).")
+        for name in args.algos:
+            ms = {}
+            for library in ["ours", "sb3"] if args.sb3 else ["ours"]:  # a fresh process each: nothing shared
+                worker = [sys.executable, __file__, "--in-fit-worker", name, library, str(args.in_fit)]
+                ms[library] = float(child_result(worker, child_env(), f"{name} ({library})"))
+            line = f"{name}: ours {ms['ours']:.2f} ms/update inside a fit of {args.in_fit} env steps (median)"
+            if args.sb3:
+                line += f", SB3 {ms['sb3']:.2f}: x{ms['sb3'] / ms['ours']:.2f}"
+            print(line, flush=True)
+        return
     import torch
 
     torch.set_num_threads(1)

@@ -232,6 +232,20 @@ def test_update_time_script_runs_sb3s_update_on_one_fixed_batch_and_counts_matri
     assert 0.2 < update_time.gemm_share(update_time.update_of("sac"), 2) < 1.0
 
 
+def test_update_time_script_times_the_updates_inside_a_fit_of_both_libraries() -> None:
+    pytest.importorskip("sb3_contrib", reason="the bench extra (stable-baselines3, sb3-contrib)")
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "update_time.py"), "--algos", "sac", "--sb3", "--in-fit", "180"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+    line = out.strip().splitlines()[-1]  # "sac: ours A ms/update inside a fit of 180 env steps (median), SB3 B: xR"
+    ours = float(line.split("ours ")[1].split(" ms")[0])
+    theirs = float(line.split("SB3 ")[1].split(":")[0])
+    assert 0 < ours < 1000 and 0 < theirs < 1000
+    ratio = float(line.rsplit(": x", 1)[1])  # of the unrounded times
+    assert abs(ratio - theirs / ours) < 0.01 and "inside a fit of 180 env steps" in line
+    refused = subprocess.run([*cmd[:2], "--algos", "td3", "--in-fit", "180"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--in-fit times sac, tqc and crossq" in refused.stderr
+
+
 def test_every_compare_spec_names_a_reference_algorithm_and_one_of_our_configs() -> None:
     pytest.importorskip("sb3_contrib", reason="the bench extra (stable-baselines3, sb3-contrib)")
     compare = benchmark_script("compare")
