@@ -121,17 +121,17 @@ def sb3_update_of(name: str) -> tuple[Callable[[], None], int]:
 
 
 def in_fit_update_ms(name: str, library: str, env_steps: int) -> float:
-    """The median time of an update (SB3: of a ``train`` call per gradient step) over the last three quarters
-    of the updates of a Pendulum fit of ``env_steps`` env steps, in ms; ``library`` "ours" or "sb3"."""
+    """The median time of an update (SB3: of a ``train`` call, one gradient step in these settings) over the last
+    three quarters of the updates of a Pendulum fit of ``env_steps`` env steps, in ms; ``library`` "ours" or "sb3"."""
     import statistics
 
     times: list[float] = []
 
-    def timed(method: Callable[..., object], per_call: int = 1) -> Callable[..., object]:
+    def timed(method: Callable[..., object]) -> Callable[..., object]:
         def wrapper(*args: object, **kwargs: object) -> object:
             t0 = time.perf_counter()
             out = method(*args, **kwargs)
-            times.append((time.perf_counter() - t0) * 1e3 / per_call)
+            times.append((time.perf_counter() - t0) * 1e3)
             return out
 
         return wrapper
@@ -149,9 +149,9 @@ def in_fit_update_ms(name: str, library: str, env_steps: int) -> float:
     else:
         import importlib
 
-        module, algo, kwargs, gradient_steps = SB3[name]
+        module, algo, kwargs, _ = SB3[name]
         cls = getattr(importlib.import_module(module), algo)
-        cls.train = timed(cls.train, gradient_steps)
+        cls.train = timed(cls.train)
         cls("MlpPolicy", "Pendulum-v1", device="cpu", seed=0, **kwargs).learn(env_steps)
     return statistics.median(times[len(times) // 4 :])
 
