@@ -16,10 +16,10 @@ section that would not fit in the time left is skipped with a note:
    does), ``torch.compile(mode="reduce-overhead")`` (CUDA graphs of the loss) and ``cuda-graph``:
    the whole update as one CUDA graph, as ``cuda_graphs: true`` runs it in fits.
 2. ``graphs``: fits with and without CUDA graphs (``cuda_graphs: true``: each update captured once
-   and replayed) for PPO and DQN on Pong (envpool), A2C on CartPole, SAC, TD3, TQC and CrossQ (the
-   zoo's 2048-wide critics) on HalfCheetah: env-steps/s, gradient steps/s, and per update function the
-   graphs captured, the calls replayed, the calls run eagerly (warm-up) and whether capture failed (then
-   the run fell back to eager).
+   and replayed) for PPO, DQN, PQN and Rainbow on Pong (envpool), A2C on CartPole, SAC, TD3, TQC and
+   CrossQ (the zoo's 2048-wide critics) on HalfCheetah: env-steps/s, gradient steps/s, and per update
+   function the graphs captured, the calls replayed, the calls run eagerly (warm-up) and whether capture
+   failed (then the run fell back to eager).
 3. ``torch_envs``: ``benchmarks/torch_envs.py --device cuda --num-envs 65536``: raw stepping of every
    torch-native env on the GPU, and PPO on 1024 torch CartPoles on the GPU to its config's budget,
    without and with CUDA graphs (each vector step and each update one graph).
@@ -77,7 +77,7 @@ SECTION_S = {
     "transfers": 15,
     "update": 90,
     "atari": 150,
-    "graphs": 320,
+    "graphs": 420,
     "pong": 120,
     "torch_envs": 60,
     "cartpole": 80,
@@ -334,6 +334,18 @@ def graph_specs(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         },
         "DQN Pong (envpool)": {
             "config": "configs/dqn/atari_envpool.yaml",
+            "model": {"total_env_steps": 12_000, "learning_starts": 2_000, "buffer_size": 100_000}
+            if scale
+            else {"total_env_steps": 600, "learning_starts": 300, "buffer_size": 1_000},
+        },
+        # The value-based Pong configs, too slow to learn on a 2-core CPU (docs/benchmarks.md, "Pong on
+        # envpool: PQN's speed"): their rates here size GPU learning runs.
+        "PQN Pong (envpool)": {
+            "config": "configs/pqn/pong_envpool.yaml",
+            "model": {"total_env_steps": 16 * 1024} if scale else {"total_env_steps": 2 * 8 * 16, "num_steps": 16},
+        },
+        "Rainbow Pong (envpool)": {
+            "config": "configs/rainbow/atari_envpool.yaml",
             "model": {"total_env_steps": 12_000, "learning_starts": 2_000, "buffer_size": 100_000}
             if scale
             else {"total_env_steps": 600, "learning_starts": 300, "buffer_size": 1_000},

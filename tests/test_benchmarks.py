@@ -169,6 +169,8 @@ def test_gpu_script_graph_runs_report_their_update_graphs() -> None:
     assert {name.split(",")[0] for name in specs} == {
         "PPO Pong (envpool)",
         "DQN Pong (envpool)",
+        "PQN Pong (envpool)",
+        "Rainbow Pong (envpool)",
         "A2C CartPole",
         "SAC HalfCheetah",
         "TD3 HalfCheetah",
