@@ -79,10 +79,11 @@ def twin(config: Path) -> pytest.param:
     env id and backend; tests/test_envpool.py covers the backend and its frame stacks, tests/test_pqn.py PQN
     on it; the image networks run in the gymnasium Atari configs and tests/test_spaces.py. Likewise the
     MinAtar games beside Breakout."""
-    text = config.read_text()
-    slow = "backend: envpool" in text and ("NoFrameskip" in text or "ALE/" in text)
+    env = yaml.safe_load(config.read_text())["model"]["init_args"]["env"]  # its settings, not its comments
+    env_id, backend = env["env_id"], env.get("backend", "gymnasium")
+    slow = backend == "envpool" and ("NoFrameskip" in env_id or env_id.startswith("ALE/"))
     # MinAtar games other than Breakout: their configs differ from minatar_breakout.yaml in the env id only
-    slow |= "MinAtar/" in text and "Breakout" not in text
+    slow |= env_id.startswith("MinAtar/") and "Breakout" not in env_id
     return pytest.param(config, marks=[pytest.mark.slow] if slow else [], id=f"{config.parent.name}/{config.stem}")
 
 
