@@ -327,17 +327,16 @@ def fit_rows(
 def graph_specs(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
     accel = "gpu" if ctx.gpu else "cpu"
     scale = 1 if ctx.gpu else 0  # tiny runs on CPU: the code paths only
+    # Pong's budgets: 16 rollouts of 8 envs (PPO, PQN), and a replay warm-up then updates (DQN, Rainbow).
+    pong_rollouts = {"total_env_steps": 16 * 1024} if scale else {"total_env_steps": 2 * 8 * 16, "num_steps": 16}
+    pong_replay = (
+        {"total_env_steps": 12_000, "learning_starts": 2_000, "buffer_size": 100_000}
+        if scale
+        else {"total_env_steps": 600, "learning_starts": 300, "buffer_size": 1_000}
+    )
     specs = {
-        "PPO Pong (envpool)": {
-            "config": "configs/ppo/atari_envpool.yaml",
-            "model": {"total_env_steps": 16 * 1024 if scale else 2 * 8 * 16, **({} if scale else {"num_steps": 16})},
-        },
-        "DQN Pong (envpool)": {
-            "config": "configs/dqn/atari_envpool.yaml",
-            "model": {"total_env_steps": 12_000, "learning_starts": 2_000, "buffer_size": 100_000}
-            if scale
-            else {"total_env_steps": 600, "learning_starts": 300, "buffer_size": 1_000},
-        },
+        "PPO Pong (envpool)": {"config": "configs/ppo/atari_envpool.yaml", "model": pong_rollouts},
+        "DQN Pong (envpool)": {"config": "configs/dqn/atari_envpool.yaml", "model": pong_replay},
         "A2C CartPole": {
             "config": "configs/a2c/cartpole.yaml",
             "model": {"total_env_steps": 50_000 if scale else 2_000},
@@ -365,16 +364,8 @@ def graph_specs(ctx: Context) -> list[tuple[str, dict[str, Any]]]:
         # The value-based Pong configs, too slow to learn on a 2-core CPU (docs/benchmarks.md, "Pong on
         # envpool: PQN's speed"): their rates here size GPU learning runs. Last, so the
         # rows above keep their turn in a short lease.
-        "PQN Pong (envpool)": {
-            "config": "configs/pqn/pong_envpool.yaml",
-            "model": {"total_env_steps": 16 * 1024} if scale else {"total_env_steps": 2 * 8 * 16, "num_steps": 16},
-        },
-        "Rainbow Pong (envpool)": {
-            "config": "configs/rainbow/atari_envpool.yaml",
-            "model": {"total_env_steps": 12_000, "learning_starts": 2_000, "buffer_size": 100_000}
-            if scale
-            else {"total_env_steps": 600, "learning_starts": 300, "buffer_size": 1_000},
-        },
+        "PQN Pong (envpool)": {"config": "configs/pqn/pong_envpool.yaml", "model": pong_rollouts},
+        "Rainbow Pong (envpool)": {"config": "configs/rainbow/atari_envpool.yaml", "model": pong_replay},
     }
     runs = []
     for name, spec in specs.items():
