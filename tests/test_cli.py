@@ -1,5 +1,6 @@
 """The `rl-lightning` command, run as a user would, in a subprocess."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,18 +107,25 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
     # Off-policy configs (an algorithm with a replay): a warm-up that fits the tiny budget (learning_starts >
     # total_env_steps is an error) and leaves its last 32 env steps to updates (the last 112 took half of a
     # MuJoCo config's tiny fit),
-    off_policy = "replay" in constructor_defaults(algorithm)
-    warmup = ["--model.replay.learning_starts", "480"] if off_policy else []
+    defaults = constructor_defaults(algorithm)
+    off_policy = "replay" in defaults
+    overrides = ["--model.replay.learning_starts", "480"] if off_policy else []
     # and at most 8 gradient steps per phase (the zoo's 128-256 per phase of QR-DQN's 170 quantiles took a minute);
     # a config with fewer keeps its own (raising SAC's 1 to 8 made a MuJoCo tiny fit 8x the updates).
     if off_policy and ((model["init_args"].get("replay") or {}).get("gradient_steps") or 1) > 8:
-        warmup += ["--model.replay.gradient_steps", "8"]
+        overrides += ["--model.replay.gradient_steps", "8"]
     if algorithm is rl_lightning.CrossQ:  # 2048-wide critics: ~2 min per tiny fit
-        warmup += ["--model.critic_hidden_sizes", "[64, 64]"]
+        overrides += ["--model.critic_hidden_sizes", "[64, 64]"]
+    # On-policy configs: a rollout within the budget (LunarLander's 16 x 1024 env steps and their epochs of
+    # updates were 32 tiny budgets); each config's own rollout passes its constructor's checks below.
+    num_steps = model["init_args"].get("num_steps", defaults.get("num_steps"))
+    num_envs = env_of(config).get("num_envs", 1)
+    if not off_policy and num_steps is not None and num_steps * num_envs > 512:
+        overrides += ["--model.num_steps", str(max(512 // num_envs, 1))]
     # In this process (the CLI's own main, as the console script runs it): a subprocess per config paid
     # ~5 s of imports each. The commands above and the DDP tests run the CLI as a subprocess.
     monkeypatch.chdir(tmp_path)
-    main(["fit", "--config", str(config), *warmup, *TINY_RUN])
+    main(["fit", "--config", str(config), *overrides, *TINY_RUN])
     (last,) = tmp_path.glob("runs/*/version_0/checkpoints/last.ckpt")
     assert torch.load(last, weights_only=True)["rl_lightning"]["env_steps"] >= 512
 
@@ -175,3 +183,16 @@ def test_fit_without_logger_or_checkpoints(tmp_path, cli_here):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Run:" not in out.stdout and "checkpoint" not in out.stdout.lower()
     assert not any(tmp_path.rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.parent.name}/{c.stem}")
+def test_every_config_builds_with_its_own_settings(config):
+    """Each config's own sizes pass the constructor's checks (rollout, minibatches, sequences): the tiny
+    fits above shrink an on-policy rollout to their budget."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from common import load_config, make_model
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    cls, init, _ = load_config(config)
+    assert isinstance(make_model(cls, init), cls)
