@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import inspect
 import os
 import platform
@@ -93,9 +94,10 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-# A fit of two evaluations of one episode, 512 env steps, no progress bar.
+# A fit of two evaluations of one episode, TINY_ENV_STEPS env steps, no progress bar.
+TINY_ENV_STEPS = 512
 TINY_RUN = (
-    *("--model.run.total_env_steps", "512", "--model.run.env_steps_per_epoch", "256"),
+    *("--model.run.total_env_steps", str(TINY_ENV_STEPS), "--model.run.env_steps_per_epoch", str(TINY_ENV_STEPS // 2)),
     *("--model.run.eval_episodes", "1", "--trainer.enable_progress_bar", "false"),
 )
 
@@ -456,3 +458,12 @@ class Endless(Corridor):
 # 16-step episodes end at epoch ends in the resume tests (tests/test_resume.py, tests/test_population_off_policy.py).
 register("test/Corridor-v0", Corridor)
 register("test/SlidingCorridor-v0", SlidingCorridor)
+
+
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` as a module."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # as when the script runs: its helpers sit beside it
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))

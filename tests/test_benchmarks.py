@@ -12,17 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT, benchmark_script
+
 pytest.importorskip("ale_py")
-
-
-def benchmark_script(name: str):
-    """``benchmarks/<name>.py`` as a module."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # as when the script runs: its helpers sit beside it
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def test_gpu_script_counts_transfers_on_cpu(tmp_path: Path) -> None:

@@ -1,6 +1,5 @@
 """The `rl-lightning` command, run as a user would, in a subprocess."""
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import yaml
 import rl_lightning
 from rl_lightning.cli import main
 from rl_lightning.config import constructor_defaults
-from tests.helpers import ROOT, TINY_RUN, cli
+from tests.helpers import ROOT, TINY_ENV_STEPS, TINY_RUN, benchmark_script, cli
 
 # Algorithm configs: not the trainer and logger presets (composed with one), not tune's search spaces.
 CONFIGS = sorted(
@@ -75,8 +74,8 @@ def env_of(config: Path) -> dict:
     return yaml.safe_load(config.read_text())["model"]["init_args"]["env"]
 
 
-def needs_mujoco(config: Path) -> bool:
-    return any(name in env_of(config)["env_id"] for name in ("HalfCheetah", "Hopper", "Walker2d", "Ant-", "Humanoid"))
+def needs_mujoco(env_id: str) -> bool:
+    return any(name in env_id for name in ("HalfCheetah", "Hopper", "Walker2d", "Ant-", "Humanoid"))
 
 
 def twin(config: Path) -> pytest.param:
@@ -95,21 +94,22 @@ def twin(config: Path) -> pytest.param:
 
 @pytest.mark.parametrize("config", [twin(c) for c in CONFIGS])
 def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
-    if needs_mujoco(config):
+    model = yaml.safe_load(config.read_text())["model"]
+    env = model["init_args"]["env"]
+    env_id = env["env_id"]
+    if needs_mujoco(env_id):
         pytest.importorskip("mujoco", reason="MuJoCo configs need the mujoco extra")
-    env_id = env_of(config)["env_id"]
     if env_id.startswith("popgym."):
         pytest.importorskip("popgym", reason="POPGym configs need the memory extra")
     if env_id.startswith("MinAtar/"):
         pytest.importorskip("minatar", reason="MinAtar configs need the minatar extra")
-    model = yaml.safe_load(config.read_text())["model"]
     algorithm = getattr(rl_lightning, model["class_path"].rsplit(".", 1)[1])
     # Off-policy configs (an algorithm with a replay): a warm-up that fits the tiny budget (learning_starts >
     # total_env_steps is an error) and leaves its last 32 env steps to updates (the last 112 took half of a
     # MuJoCo config's tiny fit),
     defaults = constructor_defaults(algorithm)
     off_policy = "replay" in defaults
-    overrides = ["--model.replay.learning_starts", "480"] if off_policy else []
+    overrides = ["--model.replay.learning_starts", str(TINY_ENV_STEPS - 32)] if off_policy else []
     # and at most 8 gradient steps per phase (the zoo's 128-256 per phase of QR-DQN's 170 quantiles took a minute);
     # a config with fewer keeps its own (raising SAC's 1 to 8 made a MuJoCo tiny fit 8x the updates).
     if off_policy and ((model["init_args"].get("replay") or {}).get("gradient_steps") or 1) > 8:
@@ -119,15 +119,15 @@ def test_every_config_runs_on_a_tiny_budget(config, tmp_path, monkeypatch):
     # On-policy configs: a rollout within the budget (LunarLander's 16 x 1024 env steps and their epochs of
     # updates were 32 tiny budgets); each config's own rollout passes its constructor's checks below.
     num_steps = model["init_args"].get("num_steps", defaults.get("num_steps"))
-    num_envs = env_of(config).get("num_envs", 1)
-    if not off_policy and num_steps is not None and num_steps * num_envs > 512:
-        overrides += ["--model.num_steps", str(max(512 // num_envs, 1))]
+    num_envs = env.get("num_envs", 1)
+    if not off_policy and num_steps is not None and num_steps * num_envs > TINY_ENV_STEPS:
+        overrides += ["--model.num_steps", str(max(TINY_ENV_STEPS // num_envs, 1))]
     # In this process (the CLI's own main, as the console script runs it): a subprocess per config paid
     # ~5 s of imports each. The commands above and the DDP tests run the CLI as a subprocess.
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", str(config), *overrides, *TINY_RUN])
     (last,) = tmp_path.glob("runs/*/version_0/checkpoints/last.ckpt")
-    assert torch.load(last, weights_only=True)["rl_lightning"]["env_steps"] >= 512
+    assert torch.load(last, weights_only=True)["rl_lightning"]["env_steps"] >= TINY_ENV_STEPS
 
 
 PRESET_LINES = {
@@ -189,10 +189,6 @@ def test_fit_without_logger_or_checkpoints(tmp_path, cli_here):
 def test_every_config_builds_with_its_own_settings(config):
     """Each config's own sizes pass the constructor's checks (rollout, minibatches, sequences): the tiny
     fits above shrink an on-policy rollout to their budget."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from common import load_config, make_model
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    cls, init, _ = load_config(config)
-    assert isinstance(make_model(cls, init), cls)
+    common = benchmark_script("common")
+    cls, init, _ = common.load_config(config)
+    assert isinstance(common.make_model(cls, init), cls)
