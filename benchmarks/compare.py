@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class Spec:
     sb3_module: str = "stable_baselines3"  # sb3_contrib for RecurrentPPO, QRDQN, TQC, CrossQ
     sb3_policy: str = "MlpPolicy"
     wrapper: str | None = None  # a gymnasium wrapper's import path, around each sub-env of both libraries
+    overrides: dict[str, Any] = field(default_factory=dict)  # our config's model arguments changed for this spec
 
 
 SPECS: dict[str, Spec] = {
@@ -333,12 +334,32 @@ SPECS["tqc_mountaincar"] = replace(
         policy_kwargs=dict(use_expln=True, log_std_init=-3.67, net_arch=[64, 64]),
     ),
 )
+# The zoo's LunarLanderContinuous-v3 entry for CrossQ (200k env steps, sb3-contrib's defaults otherwise) with critics
+# 256 wide instead of 1,024: the widest whose 200k updates fit about an hour of one core here (1,024: ~16x the
+# products of the hidden layer). The full width is configs/crossq/lunarlandercontinuous.yaml as it stands.
+SPECS["crossq_lunarlander_256"] = replace(
+    SPECS["crossq"],
+    config="configs/crossq/lunarlandercontinuous.yaml",
+    env_id="LunarLanderContinuous-v3",
+    total_env_steps=200_000,
+    eval_every=20_000,
+    threshold=200,
+    sb3_kwargs=dict(
+        buffer_size=1_000_000, learning_starts=10_000, policy_kwargs=dict(net_arch=dict(pi=[256, 256], qf=[256, 256]))
+    ),
+    overrides=dict(critic_hidden_sizes=[256, 256]),
+)
 
 
 # ------------------------------------------------------------------------------------------ runners
 def run_ours(spec: Spec, seed: int, precision: str = "32-true") -> dict[str, Any]:
     env_steps, curve, train_time = fit_config(
-        spec.config, seed, precision, total_env_steps=spec.total_env_steps, env_steps_per_epoch=spec.eval_every
+        spec.config,
+        seed,
+        precision,
+        total_env_steps=spec.total_env_steps,
+        env_steps_per_epoch=spec.eval_every,
+        **spec.overrides,
     )
     return summarize(curve, spec, env_steps, train_time)
 

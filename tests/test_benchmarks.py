@@ -265,6 +265,22 @@ def test_a_mountaincar_spec_gives_sb3_contrib_the_settings_of_our_config(name: s
     assert policy["net_arch"] == ours.get("critic_hidden_sizes", ours["hidden_sizes"])
 
 
+def test_the_narrow_crossq_lunarlander_spec_gives_both_libraries_256_wide_critics_and_the_configs_settings() -> None:
+    """The spec changes our config's critic width only, and gives sb3-contrib the same networks and settings."""
+    import yaml
+
+    compare = benchmark_script("compare")
+    spec = compare.SPECS["crossq_lunarlander_256"]
+    ours = yaml.safe_load((ROOT / spec.config).read_text())["model"]["init_args"]
+    assert spec.env_id == ours["env"]["env_id"] and spec.total_env_steps == ours["run"]["total_env_steps"]
+    assert {k: spec.sb3_kwargs[k] for k in ours["replay"]} == ours["replay"]
+    cls, init, _ = benchmark_script("common").load_config(spec.config)
+    model = benchmark_script("common").make_model(cls, init, **spec.overrides)
+    assert tuple(model.hparams.critic_hidden_sizes) == tuple(spec.sb3_kwargs["policy_kwargs"]["net_arch"]["qf"])
+    assert tuple(model.hparams.hidden_sizes) == tuple(spec.sb3_kwargs["policy_kwargs"]["net_arch"]["pi"])
+    assert spec.overrides == {"critic_hidden_sizes": [256, 256]}  # nothing else of the config changed
+
+
 def test_compare_refuses_an_unknown_kind_in_one_line() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/compare.py"), "--kinds", "sb3,sb4"], capture_output=True, text=True
