@@ -274,8 +274,9 @@ def test_the_narrow_crossq_lunarlander_spec_gives_both_libraries_256_wide_critic
     ours = yaml.safe_load((ROOT / spec.config).read_text())["model"]["init_args"]
     assert spec.env_id == ours["env"]["env_id"] and spec.total_env_steps == ours["run"]["total_env_steps"]
     assert {k: spec.sb3_kwargs[k] for k in ours["replay"]} == ours["replay"]
-    cls, init, _ = benchmark_script("common").load_config(spec.config)
-    model = benchmark_script("common").make_model(cls, init, **spec.overrides)
+    common = benchmark_script("common")
+    cls, init, _ = common.load_config(spec.config)
+    model = common.make_model(cls, init, **spec.overrides)
     assert tuple(model.hparams.critic_hidden_sizes) == tuple(spec.sb3_kwargs["policy_kwargs"]["net_arch"]["qf"])
     assert tuple(model.hparams.hidden_sizes) == tuple(spec.sb3_kwargs["policy_kwargs"]["net_arch"]["pi"])
     assert spec.overrides == {"critic_hidden_sizes": [256, 256]}  # nothing else of the config changed
