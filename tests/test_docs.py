@@ -1,6 +1,7 @@
-"""The docs stay true: every algorithm has its page with every hyperparameter and its default, every
-relative link in the docs, the README and the notebooks points at a file that exists, and no committed
-text (notebook outputs included) holds an absolute path of the machine that wrote it."""
+"""The docs stay true: every algorithm has its page with every hyperparameter and its default and a row in
+the README's and the guide's tables, every relative link in the docs, the README and the notebooks points at
+a file that exists, and no committed text (notebook outputs included) holds an absolute path of the machine
+that wrote it."""
 
 import ast
 import dataclasses
@@ -41,6 +42,13 @@ def test_algorithm_page_lists_every_hyperparameter_with_its_default(algo):
     assert list(table) == list(params), "keep the table in signature order"
     wrong = {n: (table[n], d) for n, d in params.items() if ast.literal_eval(table[n]) != d}
     assert not wrong, f"defaults differ from the code (page, code): {wrong}"
+
+
+@pytest.mark.parametrize("index", ["README.md", "docs/guide.md"])
+def test_the_algorithm_tables_list_every_algorithm(index):
+    text = (ROOT / index).read_text()
+    unlisted = [a.__name__ for a in ALGORITHMS if f"algorithms/{a.__name__.lower()}.md)" not in text]
+    assert not unlisted, f"{index}'s algorithm table lacks {unlisted}"
 
 
 def links(text: str) -> list[str]:
