@@ -242,6 +242,19 @@ def test_sum_tree_samples_in_proportion_to_priorities():
     assert 3 not in tree.find(rng.random(10_000) * tree.total)
 
 
+def test_sum_tree_walks_and_levels_build_the_same_tree():
+    """``update`` walks few leaves up one by one and many level by level: bit for bit the same sums."""
+    walked, levelled, rng = SumTree(1000), SumTree(1000), np.random.default_rng(0)
+    for _ in range(300):
+        idx = rng.integers(0, 1000, rng.integers(1, 7))  # repeated leaves included: the last value wins
+        values = np.where(rng.random(len(idx)) < 0.2, 0.0, rng.random(len(idx)) ** 3)
+        walked._walk_up(idx + walked.capacity, values)
+        levelled._by_levels(idx + levelled.capacity, values)
+        assert np.array_equal(walked.tree, levelled.tree)
+    inner = np.arange(1, walked.capacity)
+    assert np.array_equal(walked.tree[inner], walked.tree[2 * inner] + walked.tree[2 * inner + 1])
+
+
 def test_prioritized_replay_priorities_and_importance_weights():
     buf = PrioritizedReplayBuffer(100, 1, SCALAR, gym.spaces.Discrete(2), alpha=1.0, seed=0)
     for t in range(4):
