@@ -1,7 +1,8 @@
 """What users bring: every common gymnasium space trains, or is refused with the reason and the
 algorithm that handles it. Observations: Discrete (one-hot), Tuple and Dict (flattened; a CNN per
-image part), images in either layout and stacked. Actions: Discrete with a start, MultiDiscrete
-(factored categorical), MultiBinary (Bernoulli)."""
+image part), images in either layout and stacked, scalars (as 1-vectors); Graph and Sequence refused.
+Actions: Discrete with a start, MultiDiscrete (factored categorical), MultiBinary (Bernoulli), Box of any
+shape (flat for the networks)."""
 
 from __future__ import annotations
 
@@ -81,9 +82,31 @@ class StartedDiscreteEnv(gym.Env):
         return np.zeros(2, np.float32), float(int(action) == 1), False, self.t >= 10, {}
 
 
+class ShapedBoxEnv(gym.Env):
+    """A scalar observation and ``[2, 3]`` actions (or ``observation_space``, ``action_space`` given); an
+    action of any other shape fails. Reward: minus the actions' mean magnitude."""
+
+    def __init__(self, observation_space=None, action_space=None):
+        self.observation_space = observation_space or gym.spaces.Box(-1.0, 1.0, (), np.float32)
+        self.action_space = action_space or gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        shape = self.action_space.shape
+        assert np.shape(action) == shape, f"actions of shape {np.shape(action)}, not {shape}"
+        self.t += 1
+        obs = self.observation_space.sample()
+        return obs, -float(np.abs(action).mean()), False, self.t >= 10, {}
+
+
 register("test/Image-v0", ImageEnv)
 register("test/DictImage-v0", DictImageEnv)
 register("test/StartedDiscrete-v0", StartedDiscreteEnv)
+register("test/ShapedBox-v0", ShapedBoxEnv)
 
 
 # -------------------------------------------------------------------------------------- observations
@@ -242,6 +265,33 @@ def test_discrete_actions_with_a_start_reach_the_env_shifted(cls):
     model = cls(env=EnvConfig("test/StartedDiscrete-v0", num_envs=2), run=TINY, **extra)
     fit(model)  # the env asserts -1 <= action <= 1
     assert set(model.act_in_env(torch.zeros(4, 2)).tolist()) <= {-1, 0, 1}
+
+
+@pytest.mark.parametrize("cls", [PPO, SAC])
+def test_scalar_observations_and_matrix_actions_reach_the_networks_flat_and_the_env_in_its_shapes(cls):
+    extra = {"replay": ReplayConfig(learning_starts=64)} if cls is SAC else {"num_steps": 32}
+    model = cls(env=EnvConfig("test/ShapedBox-v0", num_envs=2), run=TINY, **extra)
+    assert np.isfinite(fit(model))  # the env asserts [2, 3] actions, in training and in evaluation
+    assert model.observation_space.shape == (1,) and model.action_space.shape == (6,)
+    scalar_actions = EnvConfig("test/ShapedBox-v0", env_kwargs={"action_space": gym.spaces.Box(-2.0, 2.0, ())})
+    fit(PPO(env=scalar_actions, run=TINY, num_steps=32))
+    image_and_vector = gym.spaces.Dict(
+        {"camera": gym.spaces.Box(0, 255, (40, 40, 3), np.uint8), "joints": gym.spaces.Box(-1, 1, (3,))}
+    )
+    model = PPO(
+        env=EnvConfig("test/ShapedBox-v0", env_kwargs={"observation_space": image_and_vector}), run=TINY, num_steps=32
+    )
+    fit(model)  # the structure of the observations survives the actions' wrapper
+    assert isinstance(model.agent.encoder, MultiInputEncoder) and len(model.agent.encoder.cnns) == 1
+
+
+@pytest.mark.parametrize(
+    "space", [gym.spaces.Sequence(gym.spaces.Box(-1, 1, (2,))), gym.spaces.Graph(gym.spaces.Box(-1, 1, (2,)), None)]
+)
+def test_observations_of_no_fixed_size_are_refused_with_the_way_on(space):
+    env = EnvConfig("test/ShapedBox-v0", env_kwargs={"observation_space": space})
+    with pytest.raises(ConfigError, match=r"cannot be flattened into tensors of a fixed size\. Add a wrapper"):
+        fit(PPO(env=env, run=TINY))
 
 
 def test_dqn_refuses_multi_discrete_naming_the_algorithms_that_handle_it():

@@ -4,10 +4,11 @@ id or a user's ``module:Name``, in a ``SyncVectorEnv`` (``env.vectorization: syn
 
 Each sub-env is made, wrapped (gymnasium's ``RecordEpisodeStatistics`` innermost, so returns are the
 env's own whatever later wrappers do; then the user's ``env.wrappers``) and flattened when its
-observations are not a ``Box``. Atari ids get ``rl_lightning.envs.atari``'s preprocessing. MinAtar's ids
-(``MinAtar/Breakout-v1``, ...; Young & Tian 2019) are registered from the ``minatar`` package when first
-asked for; their 10x10 boolean frames get the MinAtar CNN (``networks.encoders``). Its steps return numpy
-arrays on the host.
+observations are not a ``Box`` or its ``Box`` actions not a vector (a scalar observation becomes a
+1-vector; a scalar or matrix of actions is given to the networks flat, reshaped on its way to the env).
+Atari ids get ``rl_lightning.envs.atari``'s preprocessing. MinAtar's ids (``MinAtar/Breakout-v1``, ...;
+Young & Tian 2019) are registered from the ``minatar`` package when first asked for; their 10x10 boolean
+frames get the MinAtar CNN (``networks.encoders``). Its steps return numpy arrays on the host.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import numpy as np
 
 from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
 from rl_lightning.envs.backend import Build, EnvBackend
@@ -123,7 +125,8 @@ def _env_entry_point(env_id: str) -> gym.envs.registration.EnvSpec | str:
 
 def _make_env(config: EnvConfig, render_mode: str | None, training: bool) -> gym.Env:
     """One sub-env: made, wrapped (episode statistics innermost, then the user's wrappers), and
-    flattened when its observations are not a ``Box``."""
+    flattened when its observations are not a ``Box`` (a scalar ``Box`` becomes a 1-vector) or its ``Box``
+    actions are not a vector."""
     if is_atari(config.env_id):
         env = make_atari_env(config.env_id, config.env_kwargs, render_mode, training)
     else:
@@ -139,9 +142,22 @@ def _make_env(config: EnvConfig, render_mode: str | None, training: bool) -> gym
         env = gym.wrappers.RecordEpisodeStatistics(env)
     for i, wrapper in enumerate(config.wrappers):
         env = _apply_wrapper(env, wrapper, i)
+    actions = env.action_space
+    if isinstance(actions, gym.spaces.Box) and len(actions.shape) != 1:
+        # The networks' actions are vectors: a scalar or matrix Box is given to them flat and reshaped on its way to
+        # the env (as structured observations are flattened on theirs).
+        reshape = functools.partial(_reshaped, shape=actions.shape)
+        env = gym.wrappers.TransformAction(env, reshape, gym.spaces.utils.flatten_space(actions))
+    # Outermost, where make() looks for the structure of flattened observations.
     if not isinstance(env.observation_space, gym.spaces.Box):
         env = _flattened(env, config.env_id)
+    elif env.observation_space.shape == ():  # a scalar: a batch of them is a [n, 1] tensor
+        env = gym.wrappers.ReshapeObservation(env, (1,))
     return env
+
+
+def _reshaped(action: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.asarray(action).reshape(shape)
 
 
 def _apply_wrapper(env: gym.Env, wrapper: str | dict[str, Any], index: int) -> gym.Env:
@@ -166,13 +182,19 @@ def _apply_wrapper(env: gym.Env, wrapper: str | dict[str, Any], index: int) -> g
 
 
 def _flattened(env: gym.Env, env_id: str) -> gym.Env:
+    space = env.observation_space
     try:
-        return gym.wrappers.FlattenObservation(env)
-    except NotImplementedError as e:
+        env = gym.wrappers.FlattenObservation(env)
+    except (NotImplementedError, ValueError):
+        pass
+    # gymnasium "flattens" a Graph or Sequence into itself: sizes that vary from one observation to the next.
+    if not isinstance(env.observation_space, gym.spaces.Box):
         raise ConfigError(
-            f"{env_id!r} has observations of {env.observation_space}, which cannot be flattened into tensors. "
-            "Add a wrapper (env.wrappers) that turns them into a Box, Discrete, Dict or Tuple space."
-        ) from e
+            f"{env_id!r} has observations of {space}, which cannot be flattened into tensors of a fixed size. Add "
+            "a wrapper (env.wrappers) that turns them into a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple "
+            "space."
+        )
+    return env
 
 
 def _frame_stack(env: gym.Env) -> int:
