@@ -273,6 +273,9 @@ def test_scalar_observations_and_matrix_actions_reach_the_networks_flat_and_the_
     model = cls(env=EnvConfig("test/ShapedBox-v0", num_envs=2), run=TINY, **extra)
     assert np.isfinite(fit(model))  # the env asserts [2, 3] actions, in training and in evaluation
     assert model.observation_space.shape == (1,) and model.action_space.shape == (6,)
+
+
+def test_scalar_actions_train_and_a_dict_observation_keeps_its_structure_under_the_actions_wrapper():
     scalar_actions = EnvConfig("test/ShapedBox-v0", env_kwargs={"action_space": gym.spaces.Box(-2.0, 2.0, ())})
     fit(PPO(env=scalar_actions, run=TINY, num_steps=32))
     image_and_vector = gym.spaces.Dict(

@@ -21,7 +21,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import numpy as np
 
 from rl_lightning.envs.atari import is_atari, make_atari_env, register_ale
 from rl_lightning.envs.backend import Build, EnvBackend
@@ -146,18 +145,14 @@ def _make_env(config: EnvConfig, render_mode: str | None, training: bool) -> gym
     if isinstance(actions, gym.spaces.Box) and len(actions.shape) != 1:
         # The networks' actions are vectors: a scalar or matrix Box is given to them flat and reshaped on its way to
         # the env (as structured observations are flattened on theirs).
-        reshape = functools.partial(_reshaped, shape=actions.shape)
-        env = gym.wrappers.TransformAction(env, reshape, gym.spaces.utils.flatten_space(actions))
+        unflatten = functools.partial(gym.spaces.utils.unflatten, actions)
+        env = gym.wrappers.TransformAction(env, unflatten, gym.spaces.utils.flatten_space(actions))
     # Outermost, where make() looks for the structure of flattened observations.
     if not isinstance(env.observation_space, gym.spaces.Box):
         env = _flattened(env, config.env_id)
     elif env.observation_space.shape == ():  # a scalar: a batch of them is a [n, 1] tensor
         env = gym.wrappers.ReshapeObservation(env, (1,))
     return env
-
-
-def _reshaped(action: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return np.asarray(action).reshape(shape)
 
 
 def _apply_wrapper(env: gym.Env, wrapper: str | dict[str, Any], index: int) -> gym.Env:
